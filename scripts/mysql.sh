@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Starts (or reuses) the MySQL/MariaDB server that txmsg's tests, demo and
+# benchmarks use, and creates the txmsg user and test database.
+#
+#   scripts/mysql.sh start    reuse a server on 127.0.0.1:3306, or install and start MariaDB
+#   scripts/mysql.sh stop     stop the server only if this script started it
+#   scripts/mysql.sh status   say whether the server answers
+#   scripts/mysql.sh restart  restart the server this script started (used by the chaos suite)
+#
+# Environment: TXMSG_MYSQL_HOST (127.0.0.1), TXMSG_MYSQL_PORT (3306),
+# TXMSG_MYSQL_DB (txmsg_test), TXMSG_MYSQL_USER / TXMSG_MYSQL_PASSWORD (txmsg/txmsg).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+cache=${TXMSG_CACHE:-$root/.cache}
+host=${TXMSG_MYSQL_HOST:-127.0.0.1}
+port=${TXMSG_MYSQL_PORT:-3306}
+db=${TXMSG_MYSQL_DB:-txmsg_test}
+user=${TXMSG_MYSQL_USER:-txmsg}
+pass=${TXMSG_MYSQL_PASSWORD:-txmsg}
+marker=$cache/mysql/started-by-txmsg
+
+log() { printf 'mysql.sh: %s\n' "$*" >&2; }
+
+answers() {
+	# A TCP connect is not enough: the server must accept our user.
+	if command -v mysqladmin >/dev/null 2>&1; then
+		mysqladmin --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" ping >/dev/null 2>&1 && return 0
+		mysqladmin ping >/dev/null 2>&1 && [ "$host" = 127.0.0.1 ] && return 0
+		return 1
+	fi
+	(exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+}
+
+listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
+
+root_sql() {
+	# Local root through the unix socket (Debian's MariaDB default auth).
+	mysql --protocol=socket -u root "$@"
+}
+
+provision() {
+	if ! command -v mysql >/dev/null 2>&1; then
+		return 0
+	fi
+	if root_sql -e 'SELECT 1' >/dev/null 2>&1; then
+		root_sql <<SQL
+CREATE USER IF NOT EXISTS '$user'@'localhost' IDENTIFIED BY '$pass';
+CREATE USER IF NOT EXISTS '$user'@'127.0.0.1' IDENTIFIED BY '$pass';
+CREATE USER IF NOT EXISTS '$user'@'%' IDENTIFIED BY '$pass';
+GRANT ALL PRIVILEGES ON *.* TO '$user'@'localhost';
+GRANT ALL PRIVILEGES ON *.* TO '$user'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO '$user'@'%';
+CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+FLUSH PRIVILEGES;
+SQL
+	else
+		# A server we did not install: assume the user exists and only make the database.
+		mysql --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" \
+			-e "CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" ||
+			{ log "cannot log in as $user on $host:$port; create that user with ALL privileges, or set TXMSG_MYSQL_USER/TXMSG_MYSQL_PASSWORD"; exit 1; }
+	fi
+}
+
+install_mariadb() {
+	if command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		log "no MySQL/MariaDB answers on $host:$port and this is not root: install mariadb-server (apt-get install mariadb-server) or start MySQL 8 there"
+		exit 1
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		log "no MySQL/MariaDB answers on $host:$port and apt-get is missing: install MariaDB >= 10.6 or MySQL 8 and start it there"
+		exit 1
+	fi
+	log "installing mariadb-server from the OS packages"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+}
+
+write_conf() {
+	# Settings the tests rely on: TCP on loopback, short lock waits so a
+	# stuck check-back answers UNKNOWN quickly, and room for many connections.
+	mkdir -p /etc/mysql/mariadb.conf.d
+	cat >/etc/mysql/mariadb.conf.d/90-txmsg.cnf <<CNF
+[mysqld]
+bind-address = 127.0.0.1
+port = $port
+max_connections = 1000
+innodb_lock_wait_timeout = 10
+innodb_flush_log_at_trx_commit = 1
+innodb_buffer_pool_size = 512M
+CNF
+}
+
+start_mariadb() {
+	install_mariadb
+	write_conf
+	mkdir -p "$(dirname "$marker")"
+	log "starting MariaDB"
+	if command -v service >/dev/null 2>&1 && [ -x /etc/init.d/mariadb ]; then
+		service mariadb start >/dev/null 2>&1 || service mariadb restart >/dev/null
+	else
+		mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+		setsid nohup mysqld_safe >/dev/null 2>&1 &
+	fi
+	touch "$marker"
+	for _ in $(seq 1 60); do
+		listening && return 0
+		sleep 1
+	done
+	log "MariaDB did not start within 60 s; see /var/log/mysql or journal"
+	exit 1
+}
+
+case "${1:-start}" in
+start)
+	if listening; then
+		log "reusing the server on $host:$port"
+	else
+		start_mariadb
+	fi
+	provision
+	for _ in $(seq 1 30); do
+		answers && break
+		sleep 1
+	done
+	answers || { log "the server on $host:$port does not accept user $user"; exit 1; }
+	echo "TXMSG_DSN=$user:$pass@tcp($host:$port)/$db?parseTime=true&loc=UTC&charset=utf8mb4"
+	;;
+stop)
+	if [ -f "$marker" ]; then
+		log "stopping MariaDB"
+		if [ -x /etc/init.d/mariadb ]; then service mariadb stop >/dev/null; else mysqladmin -u root shutdown; fi
+		rm -f "$marker"
+	else
+		log "not started by this script; leaving it alone"
+	fi
+	;;
+restart)
+	[ -f "$marker" ] || { log "not started by this script; refusing to restart it"; exit 1; }
+	service mariadb restart >/dev/null
+	;;
+status)
+	if answers; then echo "mysql: answering on $host:$port"; else echo "mysql: not answering on $host:$port"; exit 1; fi
+	;;
+*)
+	echo "usage: $0 start|stop|status|restart" >&2
+	exit 2
+	;;
+esac
