@@ -1,0 +1,74 @@
+// Package store holds the SQL helpers txmsg's tables share: identifier
+// checks, duplicate-key detection and batched purges, all through gorm so
+// no dialect's SQL text is hard-coded.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// ValidIdent reports whether name is safe to use as a table name: letters,
+// digits and '_', not starting with a digit, at most 64 characters.
+func ValidIdent(name string) bool { return identPattern.MatchString(name) }
+
+// IsDuplicate reports whether err is a unique-key violation, in any dialect
+// gorm can translate.
+func IsDuplicate(db *gorm.DB, err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return true
+	}
+	if tr, ok := db.Dialector.(gorm.ErrorTranslator); ok {
+		return errors.Is(tr.Translate(err), gorm.ErrDuplicatedKey)
+	}
+	return false
+}
+
+// PurgeBefore deletes rows of table whose timeCol is before cutoff and that
+// match where (optional), at most batch rows per statement, until none are
+// left or ctx ends. Small batches keep each delete's locks short. pk names
+// the column used to pick a batch; it must be unique.
+func PurgeBefore(ctx context.Context, db *gorm.DB, table, pk, timeCol string, cutoff time.Time, batch int, where ...clause.Expression) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var keys []any
+		q := db.WithContext(ctx).Table(table).
+			Where(clause.Lt{Column: clause.Column{Name: timeCol}, Value: cutoff})
+		for _, w := range where {
+			q = q.Where(w)
+		}
+		if err := q.Order(clause.OrderByColumn{Column: clause.Column{Name: pk}}).Limit(batch).Pluck(pk, &keys).Error; err != nil {
+			return total, fmt.Errorf("select rows to purge from %s: %w", table, err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		res := db.WithContext(ctx).Table(table).
+			Where(clause.IN{Column: clause.Column{Name: pk}, Values: keys}).
+			Delete(map[string]any{})
+		if res.Error != nil {
+			return total, fmt.Errorf("purge %s: %w", table, res.Error)
+		}
+		total += res.RowsAffected
+		if len(keys) < batch {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,241 @@
+// Package testbed gives txmsg's tests the real services they run against:
+// the RocketMQ name server and broker and the MySQL/MariaDB server that
+// scripts/rocketmq.sh and scripts/mysql.sh start. Each test gets its own
+// database and its own topics.
+//
+// When a service does not answer, tests skip with a message naming the
+// script to run; with TXMSG_REQUIRE_SERVICES=1 (as `make test` and CI set)
+// they fail instead.
+package testbed
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+	"github.com/go-sql-driver/mysql"
+	gmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Defaults match scripts/rocketmq.sh and scripts/mysql.sh.
+const (
+	DefaultNameServer = "127.0.0.1:9876"
+	DefaultBroker     = "127.0.0.1:10911"
+	DefaultDSN        = "txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4"
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// NameServer returns TXMSG_NAMESRV or the default.
+func NameServer() string { return env("TXMSG_NAMESRV", DefaultNameServer) }
+
+// Broker returns TXMSG_BROKER (the broker's address, for admin calls) or
+// the default.
+func Broker() string { return env("TXMSG_BROKER", DefaultBroker) }
+
+// DSN returns TXMSG_DSN or the default.
+func DSN() string { return env("TXMSG_DSN", DefaultDSN) }
+
+// Required reports whether missing services fail tests instead of skipping
+// them.
+func Required() bool { return os.Getenv("TXMSG_REQUIRE_SERVICES") == "1" }
+
+func unavailable(t testing.TB, what, script string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not reachable (%v); start it with %s", what, err, script)
+	if Required() {
+		t.Fatal(msg + " (TXMSG_REQUIRE_SERVICES=1)")
+	}
+	t.Skip(msg)
+}
+
+func dial(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+var quietOnce sync.Once
+
+// QuietClientLogs lowers rocketmq-client-go's global logger to errors.
+func QuietClientLogs() {
+	quietOnce.Do(func() { rlog.SetLogLevel("error") })
+}
+
+// RequireBroker skips or fails t when the name server or broker does not
+// answer.
+func RequireBroker(t testing.TB) {
+	t.Helper()
+	QuietClientLogs()
+	for _, addr := range []string{NameServer(), Broker()} {
+		if err := dial(addr); err != nil {
+			unavailable(t, "RocketMQ at "+addr, "scripts/rocketmq.sh start", err)
+		}
+	}
+}
+
+var (
+	adminOnce sync.Once
+	adminCli  admin.Admin
+	adminErr  error
+)
+
+// sharedAdmin returns one admin client for the whole test binary. Admin
+// clients are never closed: closing one shuts down the client it shares.
+func sharedAdmin() (admin.Admin, error) {
+	adminOnce.Do(func() {
+		adminCli, adminErr = admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{NameServer()})))
+	})
+	return adminCli, adminErr
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
+
+// Suffix returns a short random hex string.
+func Suffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Name returns a name unique to this test and run, built from prefix and
+// the test's name, safe as a topic or group name.
+func Name(t testing.TB, prefix string) string {
+	n := unsafeChars.ReplaceAllString(t.Name(), "_")
+	if len(n) > 60 {
+		n = n[len(n)-60:]
+	}
+	return strings.Trim(prefix+"_"+n, "_") + "_" + Suffix()
+}
+
+// Topic creates a topic unique to t with 4 queues on the test broker and
+// waits until the name server routes it.
+func Topic(t testing.TB) string {
+	t.Helper()
+	RequireBroker(t)
+	topic := Name(t, "txmsg")
+	if err := CreateTopic(context.Background(), topic, 4); err != nil {
+		unavailable(t, "RocketMQ topic creation", "scripts/rocketmq.sh start", err)
+	}
+	return topic
+}
+
+// CreateTopic creates topic on the test broker and waits until the name
+// server returns a route for it.
+func CreateTopic(ctx context.Context, topic string, queues int) error {
+	adm, err := sharedAdmin()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = adm.CreateTopic(ctx,
+		admin.WithTopicCreate(topic),
+		admin.WithBrokerAddrCreate(Broker()),
+		admin.WithReadQueueNums(queues),
+		admin.WithWriteQueueNums(queues))
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for {
+		mqs, err := adm.FetchPublishMessageQueues(ctx, topic)
+		if err == nil && len(mqs) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s has no route after creation: %v", topic, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// DB returns a gorm handle on a fresh database made for t and dropped when
+// t ends.
+func DB(t testing.TB) *gorm.DB {
+	t.Helper()
+	db, _ := DBWithDSN(t)
+	return db
+}
+
+// DBWithDSN is DB that also returns the new database's DSN, for tests that
+// open further connections (child processes, proxies).
+func DBWithDSN(t testing.TB) (*gorm.DB, string) {
+	t.Helper()
+	base, err := mysql.ParseDSN(DSN())
+	if err != nil {
+		t.Fatalf("TXMSG_DSN is not a valid MySQL DSN: %v", err)
+	}
+	if err := dial(base.Addr); err != nil {
+		unavailable(t, "MySQL/MariaDB at "+base.Addr, "scripts/mysql.sh start", err)
+	}
+	admin, err := Open(base.FormatDSN())
+	if err != nil {
+		unavailable(t, "MySQL/MariaDB at "+base.Addr, "scripts/mysql.sh start", err)
+	}
+	name := strings.ToLower(Name(t, "t"))
+	if len(name) > 64 {
+		name = name[len(name)-64:]
+	}
+	name = strings.TrimLeft(name, "_-")
+	if err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	cfg := base.Clone()
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	db, err := Open(dsn)
+	if err != nil {
+		t.Fatalf("open test database: %v", err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+		_ = admin.Exec("DROP DATABASE IF EXISTS `" + name + "`").Error
+		if sqlDB, err := admin.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	return db, dsn
+}
+
+// Open opens dsn with gorm, silent, and pings it.
+func Open(dsn string) (*gorm.DB, error) {
+	db, err := gorm.Open(gmysql.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sqlDB.PingContext(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(50)
+	return db, nil
+}
