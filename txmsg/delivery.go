@@ -1,0 +1,46 @@
+package txmsg
+
+import (
+	"context"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Received is a message as a broker adapter hands it to txmsg's consumer
+// logic, before decoding.
+type Received struct {
+	// Message is the envelope. Message.ID is the dedupe key: the txmsg ID
+	// when the producer set one, otherwise the broker's message ID.
+	Message *Message
+	// BrokerMessageID is the broker's ID for the message.
+	BrokerMessageID string
+	// Attempt counts deliveries of this message to this consumer group,
+	// starting at 1.
+	Attempt int
+	// BornAt is when the producer created the message, if the broker says.
+	BornAt time.Time
+}
+
+// Delivery is one typed event handed to a [Handler].
+type Delivery[T any] struct {
+	// Event is the decoded body.
+	Event T
+	// Message is the envelope: txmsg ID, topic, tag, keys, properties and
+	// the raw body.
+	Message *Message
+	// BrokerMessageID is the broker's ID for the message.
+	BrokerMessageID string
+	// Group is the consumer group handling it.
+	Group string
+	// Attempt counts deliveries of this message to Group, starting at 1: a
+	// handler that failed twice sees Attempt == 3 on its third run.
+	Attempt int
+}
+
+// Handler handles one event inside the database transaction that also
+// records it in the inbox. Its writes through tx commit if and only if it
+// returns nil, and then the event is never handled again by the same
+// group. Returning an error, or panicking, rolls back and asks the broker to
+// deliver the message again later.
+type Handler[T any] func(ctx context.Context, tx *gorm.DB, d Delivery[T]) error

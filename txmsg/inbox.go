@@ -1,0 +1,216 @@
+package txmsg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/txmsg/txmsg/internal/store"
+)
+
+// Default table names of the consumer side.
+const (
+	DefaultInboxTable      = "txmsg_inbox"
+	DefaultDeadLetterTable = "txmsg_dead_letter"
+)
+
+// InboxRow is one handled message in the inbox table: the dedupe record.
+type InboxRow struct {
+	ID            int64     `gorm:"primaryKey;autoIncrement"`
+	ConsumerGroup string    `gorm:"size:255;not null;uniqueIndex:uk_txmsg_inbox_group_msg,priority:1"`
+	MsgID         string    `gorm:"column:msg_id;size:255;not null;uniqueIndex:uk_txmsg_inbox_group_msg,priority:2"`
+	Topic         string    `gorm:"size:127;not null"`
+	HandledAt     time.Time `gorm:"precision:6;not null;index:idx_txmsg_inbox_handled_at"`
+}
+
+// DeadLetter is a message a consumer could not decode, parked with its raw
+// bytes so nothing is lost. It is acknowledged to the broker and never
+// retried by itself; see the README for inspecting and replaying.
+type DeadLetter struct {
+	ID              int64     `gorm:"primaryKey;autoIncrement"`
+	ConsumerGroup   string    `gorm:"size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
+	MsgID           string    `gorm:"column:msg_id;size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:2"`
+	BrokerMessageID string    `gorm:"size:255;not null"`
+	Topic           string    `gorm:"size:127;not null"`
+	Tag             string    `gorm:"size:255;not null"`
+	Keys            string    `gorm:"size:1024;not null"`
+	Properties      string    `gorm:"type:text;not null"`
+	Body            []byte    `gorm:"type:longblob"`
+	Error           string    `gorm:"type:text;not null"`
+	Attempt         int       `gorm:"not null"`
+	ParkedAt        time.Time `gorm:"precision:6;not null;index:idx_txmsg_dead_parked_at"`
+}
+
+// InboxConfig configures an [Inbox].
+type InboxConfig struct {
+	// Table is the inbox table. Default [DefaultInboxTable].
+	Table string
+	// DeadLetterTable is the table of parked messages. Default
+	// [DefaultDeadLetterTable].
+	DeadLetterTable string
+	// Logger receives warnings; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Inbox gives handlers exactly-once effects: each (consumer group, message
+// ID) pair runs its handler's transaction to commit at most once.
+type Inbox struct {
+	db     *gorm.DB
+	table  string
+	dead   string
+	logger *slog.Logger
+}
+
+// Outcome says what the inbox did with a message.
+type Outcome int
+
+const (
+	// OutcomeHandled means the handler ran and its transaction committed.
+	OutcomeHandled Outcome = iota + 1
+	// OutcomeDuplicate means the message was handled before; the handler
+	// did not run.
+	OutcomeDuplicate
+	// OutcomeParked means the body could not be decoded; the message was
+	// parked in the dead-letter table.
+	OutcomeParked
+)
+
+// String returns "handled", "duplicate" or "parked".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeHandled:
+		return "handled"
+	case OutcomeDuplicate:
+		return "duplicate"
+	case OutcomeParked:
+		return "parked"
+	default:
+		return "failed"
+	}
+}
+
+// NewInbox returns an Inbox storing its rows through db.
+func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: inbox: db is nil", ErrInvalidConfig)
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultInboxTable
+	}
+	if cfg.DeadLetterTable == "" {
+		cfg.DeadLetterTable = DefaultDeadLetterTable
+	}
+	for _, t := range []string{cfg.Table, cfg.DeadLetterTable} {
+		if !store.ValidIdent(t) {
+			return nil, fmt.Errorf("%w: inbox: table name %q is not a plain SQL identifier", ErrInvalidConfig, t)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, logger: cfg.Logger}, nil
+}
+
+// Migrate creates or updates the inbox and dead-letter tables.
+func (in *Inbox) Migrate(ctx context.Context) error {
+	db := in.db.WithContext(ctx)
+	if err := db.Table(in.table).AutoMigrate(&InboxRow{}); err != nil {
+		return fmt.Errorf("txmsg: migrate %s: %w", in.table, err)
+	}
+	if err := db.Table(in.dead).AutoMigrate(&DeadLetter{}); err != nil {
+		return fmt.Errorf("txmsg: migrate %s: %w", in.dead, err)
+	}
+	return nil
+}
+
+// Tables returns the inbox and dead-letter table names.
+func (in *Inbox) Tables() (inbox, deadLetter string) { return in.table, in.dead }
+
+var errAlreadyHandled = errors.New("txmsg: already handled")
+
+// Run runs fn in a transaction whose first statement records (group, key)
+// in the inbox. When that pair is already recorded, fn does not run and the
+// outcome is [OutcomeDuplicate]. When fn fails or panics, everything rolls
+// back and the error is returned (a panic as [*PanicError]).
+func (in *Inbox) Run(ctx context.Context, group, topic, key string, fn func(ctx context.Context, tx *gorm.DB) error) (Outcome, error) {
+	if group == "" || key == "" {
+		return 0, fmt.Errorf("%w: inbox: consumer group and message key are required", ErrInvalidMessage)
+	}
+	err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		row := InboxRow{ConsumerGroup: group, MsgID: key, Topic: topic, HandledAt: time.Now().UTC()}
+		if err := tx.Table(in.table).Create(&row).Error; err != nil {
+			if store.IsDuplicate(tx, err) {
+				return errAlreadyHandled
+			}
+			return fmt.Errorf("txmsg: record %s in %s: %w", key, in.table, err)
+		}
+		return callRecovering(ctx, tx, fn)
+	})
+	switch {
+	case err == nil:
+		return OutcomeHandled, nil
+	case errors.Is(err, errAlreadyHandled):
+		return OutcomeDuplicate, nil
+	default:
+		return 0, err
+	}
+}
+
+// callRecovering runs fn and turns a panic into a *PanicError.
+func callRecovering(ctx context.Context, tx *gorm.DB, fn func(ctx context.Context, tx *gorm.DB) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, tx)
+}
+
+// CallLocal runs local with tx, turning a panic into a [*PanicError]. Mode
+// implementations use it so a panicking LocalTx rolls back instead of
+// crashing the process.
+func CallLocal(ctx context.Context, tx *gorm.DB, local LocalTx) error {
+	return callRecovering(ctx, tx, local)
+}
+
+// Park stores r in the dead-letter table with cause, once per (group,
+// message key). A second Park of the same message is a no-op.
+func (in *Inbox) Park(ctx context.Context, group string, r *Received, cause error) error {
+	m := r.Message
+	props, _ := jsonString(m.Properties)
+	row := DeadLetter{
+		ConsumerGroup:   group,
+		MsgID:           m.ID,
+		BrokerMessageID: r.BrokerMessageID,
+		Topic:           m.Topic,
+		Tag:             m.Tag,
+		Keys:            joinKeys(m.Keys),
+		Properties:      props,
+		Body:            m.Body,
+		Error:           cause.Error(),
+		Attempt:         r.Attempt,
+		ParkedAt:        time.Now().UTC(),
+	}
+	err := in.db.WithContext(ctx).Table(in.dead).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
+	if err != nil {
+		return fmt.Errorf("txmsg: park %s in %s: %w", m.ID, in.dead, err)
+	}
+	return nil
+}
+
+// Purge deletes inbox rows handled more than olderThan ago, in batches of
+// batch rows (0 means 1000). Keep olderThan well beyond the broker's
+// redelivery horizon (RocketMQ's retries span about 4.5 hours with 16
+// reconsume attempts), or a late redelivery would run its handler again.
+func (in *Inbox) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: inbox: purge needs a positive age", ErrInvalidConfig)
+	}
+	return store.PurgeBefore(ctx, in.db, in.table, "id", "handled_at", time.Now().UTC().Add(-olderThan), batch)
+}

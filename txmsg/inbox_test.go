@@ -1,0 +1,148 @@
+package txmsg_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+type effect struct {
+	ID    int64  `gorm:"primaryKey;autoIncrement"`
+	MsgID string `gorm:"size:64"`
+	N     int
+}
+
+func newInbox(t *testing.T) (*txmsg.Inbox, *gorm.DB) {
+	t.Helper()
+	db := testbed.DB(t)
+	in, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
+	require.NoError(t, err)
+	require.NoError(t, in.Migrate(context.Background()))
+	require.NoError(t, db.AutoMigrate(&effect{}))
+	return in, db
+}
+
+func received(id string, body string) *txmsg.Received {
+	return &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: "events", Body: []byte(body)}, BrokerMessageID: "b-" + id, Attempt: 1}
+}
+
+func TestInboxRunsEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	in, db := newInbox(t)
+	var runs atomic.Int32
+	route := txmsg.Handle(txmsg.Topic[event]{Name: "events"}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[event]) error {
+		runs.Add(1)
+		return tx.Create(&effect{MsgID: d.Message.ID, N: d.Event.N}).Error
+	})
+	id := txmsg.NewID()
+	// Concurrent duplicates race for the same inbox key.
+	var wg sync.WaitGroup
+	outcomes := make([]txmsg.Outcome, 5)
+	for i := range outcomes {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			o, err := route.Process(context.Background(), in, "g1", received(id, `{"n":5}`))
+			require.NoError(t, err)
+			outcomes[i] = o
+		}(i)
+	}
+	wg.Wait()
+	handled := 0
+	for _, o := range outcomes {
+		if o == txmsg.OutcomeHandled {
+			handled++
+		} else {
+			require.Equal(t, txmsg.OutcomeDuplicate, o)
+		}
+	}
+	require.Equal(t, 1, handled)
+	require.EqualValues(t, 1, runs.Load())
+	var n int64
+	require.NoError(t, db.Model(&effect{}).Count(&n).Error)
+	require.EqualValues(t, 1, n)
+
+	// Another group handles the same message independently.
+	o, err := route.Process(context.Background(), in, "g2", received(id, `{"n":5}`))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.OutcomeHandled, o)
+}
+
+func TestInboxHandlerErrorAndPanicRollBack(t *testing.T) {
+	t.Parallel()
+	in, db := newInbox(t)
+	boom := errors.New("boom")
+	var mode atomic.Int32 // 0 error, 1 panic, 2 ok
+	route := txmsg.Handle(txmsg.Topic[event]{Name: "events"}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[event]) error {
+		if err := tx.Create(&effect{MsgID: d.Message.ID}).Error; err != nil {
+			return err
+		}
+		switch mode.Load() {
+		case 0:
+			return boom
+		case 1:
+			panic("handler exploded")
+		}
+		return nil
+	})
+	id := txmsg.NewID()
+	_, err := route.Process(context.Background(), in, "g", received(id, `{}`))
+	require.ErrorIs(t, err, boom)
+	mode.Store(1)
+	_, err = route.Process(context.Background(), in, "g", received(id, `{}`))
+	var pe *txmsg.PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "handler exploded", pe.Value)
+
+	var n int64
+	require.NoError(t, db.Model(&effect{}).Count(&n).Error)
+	require.Zero(t, n, "failed attempts leave no effect")
+
+	mode.Store(2)
+	o, err := route.Process(context.Background(), in, "g", received(id, `{}`))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.OutcomeHandled, o)
+	require.NoError(t, db.Model(&effect{}).Count(&n).Error)
+	require.EqualValues(t, 1, n)
+}
+
+func TestInboxParksUndecodableBodyOnce(t *testing.T) {
+	t.Parallel()
+	in, db := newInbox(t)
+	ran := false
+	route := txmsg.Handle(txmsg.Topic[event]{Name: "events"}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error {
+		ran = true
+		return nil
+	})
+	id := txmsg.NewID()
+	for i := 0; i < 2; i++ {
+		o, err := route.Process(context.Background(), in, "g", received(id, "\xff not json"))
+		require.NoError(t, err)
+		require.Equal(t, txmsg.OutcomeParked, o)
+	}
+	require.False(t, ran)
+	_, deadTable := in.Tables()
+	var rows []txmsg.DeadLetter
+	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
+	require.Len(t, rows, 1)
+	require.Equal(t, []byte("\xff not json"), rows[0].Body)
+	require.Equal(t, id, rows[0].MsgID)
+	require.Contains(t, rows[0].Error, "decode")
+}
+
+func TestNewInboxValidates(t *testing.T) {
+	t.Parallel()
+	_, err := txmsg.NewInbox(nil, txmsg.InboxConfig{})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	_, err = txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{Table: "x y"})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.Error(t, txmsg.Route{}.Validate())
+}

@@ -1,0 +1,102 @@
+package txmsg
+
+import (
+	"context"
+	"fmt"
+)
+
+// Topic names a topic and the event type published on it.
+type Topic[T any] struct {
+	// Name is the broker topic. Required; checked by [ValidateTopic].
+	Name string
+	// Tag is the default tag of messages sent to this topic; empty means
+	// none. [WithTag] overrides it per message.
+	Tag string
+	// Codec encodes events. Nil means [JSONCodec].
+	Codec Codec[T]
+}
+
+func (t Topic[T]) codec() Codec[T] {
+	if t.Codec == nil {
+		return JSONCodec[T]{}
+	}
+	return t.Codec
+}
+
+// Producer sends typed events through a [Transactor]. It is safe for
+// concurrent use.
+type Producer[T any] struct {
+	tr    Transactor
+	topic Topic[T]
+	codec Codec[T]
+}
+
+// NewProducer returns a Producer for topic that sends through tr. It fails
+// with [ErrInvalidConfig] when tr is nil or the topic name is invalid.
+func NewProducer[T any](tr Transactor, topic Topic[T]) (*Producer[T], error) {
+	if tr == nil {
+		return nil, fmt.Errorf("%w: Transactor is nil", ErrInvalidConfig)
+	}
+	if err := ValidateTopic(topic.Name); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Producer[T]{tr: tr, topic: topic, codec: topic.codec()}, nil
+}
+
+// Topic returns the producer's topic.
+func (p *Producer[T]) Topic() Topic[T] { return p.topic }
+
+// Send encodes event and publishes it if and only if local commits. See
+// [Transactor] for the meaning of the results.
+func (p *Producer[T]) Send(ctx context.Context, event T, local LocalTx, opts ...SendOption) (*Receipt, error) {
+	msg, err := p.Message(event, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return p.tr.Transact(ctx, msg, local)
+}
+
+// Message builds the envelope Send would publish for event, without sending
+// it. Outbox users pass it to EnqueueTx inside a transaction they already
+// hold.
+func (p *Producer[T]) Message(event T, opts ...SendOption) (*Message, error) {
+	body, err := p.codec.Encode(event)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	}
+	msg := &Message{Topic: p.topic.Name, Tag: p.topic.Tag, Body: body}
+	for _, opt := range opts {
+		opt(msg)
+	}
+	return msg, nil
+}
+
+// SendOption changes one message built by [Producer.Send].
+type SendOption func(*Message)
+
+// WithID sets the txmsg ID instead of generating one. The caller promises
+// uniqueness; a repeated ID fails with [ErrDuplicateID] or is dropped by
+// consumers as a duplicate.
+func WithID(id string) SendOption { return func(m *Message) { m.ID = id } }
+
+// WithKeys adds message keys, searchable in the broker's console.
+func WithKeys(keys ...string) SendOption {
+	return func(m *Message) { m.Keys = append(m.Keys, keys...) }
+}
+
+// WithTag sets the message tag, overriding [Topic.Tag].
+func WithTag(tag string) SendOption { return func(m *Message) { m.Tag = tag } }
+
+// WithShardingKey routes the message to the queue chosen by key, so events
+// with the same key are consumed in order.
+func WithShardingKey(key string) SendOption { return func(m *Message) { m.ShardingKey = key } }
+
+// WithProperty sets a user property.
+func WithProperty(name, value string) SendOption {
+	return func(m *Message) {
+		if m.Properties == nil {
+			m.Properties = map[string]string{}
+		}
+		m.Properties[name] = value
+	}
+}

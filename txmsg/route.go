@@ -1,0 +1,106 @@
+package txmsg
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// Route binds a typed [Handler] to a topic. Broker adapters take Routes and
+// call [Route.Process] for each message they receive; the route decodes the
+// body, dedupes through the [Inbox] and runs the handler.
+type Route struct {
+	topic   string
+	tags    string
+	process func(ctx context.Context, in *Inbox, group string, r *Received) (Outcome, error)
+	err     error // set by Handle when the route can never work
+}
+
+// RouteOption changes a Route.
+type RouteOption func(*Route)
+
+// WithTags subscribes to a tag expression such as "created || paid"
+// instead of all tags.
+func WithTags(expr string) RouteOption { return func(r *Route) { r.tags = expr } }
+
+// Handle returns a Route that decodes messages of topic with its codec and
+// passes them to h.
+func Handle[T any](topic Topic[T], h Handler[T], opts ...RouteOption) Route {
+	codec := topic.codec()
+	r := Route{topic: topic.Name, tags: "*"}
+	for _, opt := range opts {
+		opt(&r)
+	}
+	if h == nil {
+		err := fmt.Errorf("%w: handler for topic %q is nil", ErrInvalidConfig, topic.Name)
+		r.err = err
+		r.process = func(context.Context, *Inbox, string, *Received) (Outcome, error) { return 0, err }
+		return r
+	}
+	r.process = func(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
+		event, err := codec.Decode(rec.Message.Body)
+		if err != nil {
+			if perr := in.Park(ctx, group, rec, err); perr != nil {
+				return 0, perr
+			}
+			return OutcomeParked, nil
+		}
+		return in.Run(ctx, group, rec.Message.Topic, rec.Message.ID, func(ctx context.Context, tx *gorm.DB) error {
+			return h(ctx, tx, Delivery[T]{
+				Event:           event,
+				Message:         rec.Message,
+				BrokerMessageID: rec.BrokerMessageID,
+				Group:           group,
+				Attempt:         rec.Attempt,
+			})
+		})
+	}
+	return r
+}
+
+// Topic returns the route's topic.
+func (r Route) Topic() string { return r.topic }
+
+// Tags returns the route's tag expression; "*" means all tags.
+func (r Route) Tags() string { return r.tags }
+
+// Validate reports whether the route can be subscribed.
+func (r Route) Validate() error {
+	if r.process == nil {
+		return fmt.Errorf("%w: route is empty; build it with txmsg.Handle", ErrInvalidConfig)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if err := ValidateTopic(r.topic); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if strings.TrimSpace(r.tags) == "" {
+		return fmt.Errorf("%w: route for %q has an empty tag expression", ErrInvalidConfig, r.topic)
+	}
+	return nil
+}
+
+// Process handles one received message for group: decode, dedupe, run the
+// handler. A nil error means the message may be acknowledged (it was
+// handled, was a duplicate, or was parked); an error means the broker should
+// deliver it again.
+func (r Route) Process(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
+	if rec == nil || rec.Message == nil {
+		return 0, fmt.Errorf("%w: received message is nil", ErrInvalidMessage)
+	}
+	return r.process(ctx, in, group, rec)
+}
+
+func jsonString(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "{}", err
+	}
+	return string(b), nil
+}
+
+func joinKeys(keys []string) string { return strings.Join(keys, " ") }
