@@ -1,0 +1,321 @@
+package rocketmq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// TransactionalConfig configures a [Transactional] producer.
+type TransactionalConfig struct {
+	Config
+	// Topics are the topics this producer sends to. Start fetches their
+	// routes and introduces the producer to their brokers, so a restarted
+	// service answers check-backs before its first send. Optional but
+	// recommended.
+	Topics []string
+}
+
+// Transactional is the transactional-mode [txmsg.Transactor]: it sends a
+// half message, runs the local transaction with a barrier row, then commits
+// or rolls the message back. The broker's check-backs are answered by the
+// [checker.Checker] from the database alone.
+type Transactional struct {
+	cfg  TransactionalConfig
+	db   *gorm.DB
+	chk  *checker.Checker
+	log  *slog.Logger
+	prod rmq.TransactionProducer
+
+	calls sync.Map // txmsg ID → *call
+
+	mu      sync.RWMutex
+	started bool
+	closed  bool
+	wg      sync.WaitGroup
+
+	// testHook, when set by tests, runs at named points of a send.
+	testHook func(point string)
+}
+
+var _ txmsg.Transactor = (*Transactional)(nil)
+
+// call is one Transact in flight: the listener finds it by txmsg ID.
+type call struct {
+	ctx   context.Context
+	local txmsg.LocalTx
+	id    string
+	ran   bool
+	// holding is set while this process's local transaction holds the
+	// barrier row, uncommitted.
+	holding atomic.Bool
+	state   txmsg.LocalState
+	err     error
+}
+
+// NewTransactional validates cfg and builds a transactional producer whose
+// local transactions run on db and whose check-backs chk answers. Call
+// Start before Transact.
+func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker) (*Transactional, error) {
+	if err := cfg.validate("transactional producer"); err != nil {
+		return nil, err
+	}
+	if db == nil || chk == nil {
+		return nil, fmt.Errorf("%w: transactional producer: db and checker are required", txmsg.ErrInvalidConfig)
+	}
+	for _, t := range cfg.Topics {
+		if err := txmsg.ValidateTopic(t); err != nil {
+			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
+		}
+	}
+	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
+	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group)}
+	prod, err := rmq.NewTransactionProducer(listener{t}, producerOptions(&cfg.Config, "tx")...)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: new transactional producer: %w", err)
+	}
+	t.prod = prod
+	return t, nil
+}
+
+// Start starts the producer and, for the configured topics, fetches routes
+// and sends a heartbeat to their brokers, so check-backs reach this
+// instance at once. A topic without a route yet is logged, not fatal: the
+// broker may create it on first send.
+func (t *Transactional) Start(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return txmsg.ErrClosed
+	}
+	if t.started {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := t.prod.Start(); err != nil {
+		return fmt.Errorf("rocketmq: start transactional producer: %w", err)
+	}
+	t.started = true
+	if len(t.cfg.Topics) > 0 {
+		if err := warmRoutes(t.prod, t.cfg.Topics); err != nil {
+			t.log.Warn("cannot pre-fetch topic routes; check-backs reach this instance after its first send", "err", err)
+		} else if missing, err := topicsReady(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
+			t.log.Warn("topics have no route yet", "topics", missing)
+		}
+	}
+	return nil
+}
+
+func (t *Transactional) enter() error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return txmsg.ErrClosed
+	}
+	if !t.started {
+		return fmt.Errorf("rocketmq: transactional producer not started; call Start first")
+	}
+	t.wg.Add(1)
+	return nil
+}
+
+// Transact implements [txmsg.Transactor]. The sequence: validate; send the
+// half message (if that fails, local never runs); run one database
+// transaction that inserts the barrier row first and then runs local;
+// commit or roll back the half message accordingly.
+//
+// Errors: validation errors wrap txmsg.ErrInvalidMessage; a failed half
+// send is returned as is, wrapped; local's error (or a *txmsg.PanicError)
+// is returned wrapped, with a Receipt in StateRolledBack;
+// txmsg.ErrRolledBackByCheck when a check-back decided first;
+// txmsg.ErrOutcomeUnknown when COMMIT's result was lost.
+func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.LocalTx) (*txmsg.Receipt, error) {
+	if local == nil {
+		return nil, txmsg.ErrNilLocalTx
+	}
+	if err := msg.Validate(t.cfg.MaxBodySize); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rocketmq: transact: %w", err)
+	}
+	if err := t.enter(); err != nil {
+		return nil, err
+	}
+	defer t.wg.Done()
+	if msg.ID == "" {
+		msg.ID = txmsg.NewID()
+	}
+	c := &call{ctx: ctx, local: local, id: msg.ID}
+	if _, dup := t.calls.LoadOrStore(msg.ID, c); dup {
+		return nil, fmt.Errorf("%w: %s is already in flight", txmsg.ErrDuplicateID, msg.ID)
+	}
+	defer t.calls.Delete(msg.ID)
+
+	res, err := t.prod.SendMessageInTransaction(ctx, toPrimitive(msg))
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: send half message to %s: %w", msg.Topic, err)
+	}
+	receipt := &txmsg.Receipt{ID: msg.ID, State: c.state}
+	if res.SendResult != nil {
+		receipt.BrokerMessageID = res.MsgID
+	}
+	if !c.ran {
+		// The broker did not store the half message properly
+		// (SendFlushDiskTimeout and the like); the client rolled it back.
+		status := -1
+		if res.SendResult != nil {
+			status = int(res.Status)
+		}
+		receipt.State = txmsg.StateRolledBack
+		return receipt, fmt.Errorf("rocketmq: half message to %s not stored (status %d); local transaction not run", msg.Topic, status)
+	}
+	return receipt, c.err
+}
+
+// runLocal runs the barrier insert and the caller's work in one database
+// transaction. It is called from the client's ExecuteLocalTransaction.
+func (t *Transactional) runLocal(c *call) {
+	c.ran = true
+	t.hook("after-half-send")
+	tx := t.db.WithContext(c.ctx).Begin()
+	if tx.Error != nil {
+		c.state, c.err = txmsg.StateRolledBack, fmt.Errorf("rocketmq: begin local transaction: %w", tx.Error)
+		return
+	}
+	if err := t.chk.Begin(c.ctx, tx, c.id); err != nil {
+		tx.Rollback()
+		c.state, c.err = txmsg.StateRolledBack, err
+		return
+	}
+	c.holding.Store(true)
+	defer c.holding.Store(false)
+	if err := txmsg.CallLocal(c.ctx, tx, c.local); err != nil {
+		tx.Rollback()
+		c.state, c.err = txmsg.StateRolledBack, err
+		return
+	}
+	if err := tx.Commit().Error; err != nil {
+		// COMMIT may or may not have landed. Answer UNKNOWN; the check-back
+		// reads the barrier, which knows.
+		c.state, c.err = txmsg.StateUnknown, fmt.Errorf("%w: %w", txmsg.ErrOutcomeUnknown, err)
+		return
+	}
+	c.state = txmsg.StateCommitted
+	t.hook("after-local-commit")
+}
+
+func (t *Transactional) hook(point string) {
+	if t.testHook != nil {
+		t.testHook(point)
+	}
+}
+
+// resolve answers one check-back from the barrier table.
+func (t *Transactional) resolve(ext *primitive.MessageExt) primitive.LocalTransactionState {
+	id := ext.GetProperty(txmsg.PropertyID)
+	if id == "" {
+		t.log.Warn("check-back for a half message without a txmsg ID; answering UNKNOWN", "broker_msg_id", ext.MsgId, "topic", ext.Topic)
+		return primitive.UnkonwnState
+	}
+	if v, ok := t.calls.Load(id); ok && v.(*call).holding.Load() {
+		// The local transaction is running in this process and will send
+		// its own END_TRANSACTION. Waiting on its barrier row would stall
+		// every other check-back of the process, and a COMMIT answered
+		// here as well would make the broker deliver the message twice.
+		t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
+		return primitive.UnkonwnState
+	}
+	state, err := t.chk.Resolve(context.Background(), id) // bounded by the checker's ResolveTimeout
+	if err != nil {
+		t.log.Warn("check-back unresolved; answering UNKNOWN, the broker will ask again", "txmsg_id", id, "topic", ext.Topic, "err", err)
+		return primitive.UnkonwnState
+	}
+	t.log.Debug("check-back answered", "txmsg_id", id, "topic", ext.Topic, "state", state.String())
+	return toPrimitiveState(state)
+}
+
+func toPrimitiveState(s txmsg.LocalState) primitive.LocalTransactionState {
+	switch s {
+	case txmsg.StateCommitted:
+		return primitive.CommitMessageState
+	case txmsg.StateRolledBack:
+		return primitive.RollbackMessageState
+	default:
+		return primitive.UnkonwnState
+	}
+}
+
+// Close stops new sends, waits for those under way (or for ctx), then
+// shuts the producer down. Check-backs for this group keep being answered
+// by the group's other live producers.
+func (t *Transactional) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	started := t.started
+	t.mu.Unlock()
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("rocketmq: transactional producer close: %w", ctx.Err())
+	}
+	if started {
+		if serr := t.prod.Shutdown(); serr != nil && err == nil {
+			err = fmt.Errorf("rocketmq: transactional producer shutdown: %w", serr)
+		}
+	}
+	return err
+}
+
+// listener adapts the client's callbacks. Both recover panics: a panic in
+// the check-back goroutine would stop all later check-backs of the process.
+type listener struct{ t *Transactional }
+
+func (l listener) ExecuteLocalTransaction(m *primitive.Message) (state primitive.LocalTransactionState) {
+	id := m.GetProperty(txmsg.PropertyID)
+	v, ok := l.t.calls.Load(id)
+	if !ok {
+		// Not ours to decide; the check-back will read the barrier.
+		return primitive.UnkonwnState
+	}
+	c := v.(*call)
+	defer func() {
+		if r := recover(); r != nil {
+			c.state, c.err = txmsg.StateUnknown, &txmsg.PanicError{Value: r, Stack: debug.Stack()}
+			state = primitive.UnkonwnState
+		}
+	}()
+	l.t.runLocal(c)
+	return toPrimitiveState(c.state)
+}
+
+func (l listener) CheckLocalTransaction(ext *primitive.MessageExt) (state primitive.LocalTransactionState) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.t.log.Error("panic while answering a check-back; answering UNKNOWN", "panic", r)
+			state = primitive.UnkonwnState
+		}
+	}()
+	return l.t.resolve(ext)
+}
+
+var _ primitive.TransactionListener = listener{}

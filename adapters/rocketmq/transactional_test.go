@@ -1,0 +1,355 @@
+package rocketmq
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+func createOrder(sku string) txmsg.LocalTx {
+	return func(ctx context.Context, tx *gorm.DB) error {
+		return tx.Create(&order{MsgID: txmsg.NewID(), SKU: sku}).Error
+	}
+}
+
+func TestTransactionalCommitDeliversOnce(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	tr := e.start(t, e.db, e.chk, nil)
+	orders, err := txmsg.NewProducer(tr, txmsg.Topic[orderCreated]{Name: e.topic, Tag: "created"})
+	require.NoError(t, err)
+
+	evt := orderCreated{OrderID: "o-1", SKU: "sku-1", Qty: 2}
+	receipt, err := orders.Send(context.Background(), evt, createOrder("sku-1"), txmsg.WithKeys("o-1"))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.StateCommitted, receipt.State)
+	require.NotEmpty(t, receipt.BrokerMessageID)
+	require.EqualValues(t, 1, e.orders(t))
+	require.Equal(t, checker.StateCommitted, e.barrier(t, receipt.ID))
+
+	deliveredOnce(t, obs, receipt.ID)
+	got := obs.first(receipt.ID)
+	require.Equal(t, receipt.ID, got.GetProperty(txmsg.PropertyID))
+	require.Equal(t, "created", got.GetTags())
+	require.Contains(t, got.GetKeys(), "o-1")
+	decoded, err := txmsg.JSONCodec[orderCreated]{}.Decode(got.Body)
+	require.NoError(t, err)
+	require.Equal(t, evt, decoded)
+}
+
+func TestTransactionalLocalErrorPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	tr := e.start(t, e.db, e.chk, nil)
+	boom := errors.New("out of credit")
+	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	receipt, err := tr.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
+		if err := createOrder("x")(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, txmsg.StateRolledBack, receipt.State)
+	require.Zero(t, e.orders(t))
+	require.Empty(t, e.barrier(t, msg.ID), "the barrier row rolled back with the business rows")
+	noDeliveryFor(t, obs, msg.ID, 5*time.Second)
+}
+
+func TestTransactionalLocalPanicPublishesNothingAndKeepsServing(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	tr := e.start(t, e.db, e.chk, nil)
+	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	_, err := tr.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
+		_ = createOrder("x")(ctx, tx)
+		panic("inventory service exploded")
+	})
+	var pe *txmsg.PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "inventory service exploded", pe.Value)
+	require.Zero(t, e.orders(t))
+
+	// The same producer keeps working.
+	next := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	_, err = tr.Transact(context.Background(), next, createOrder("y"))
+	require.NoError(t, err)
+	deliveredOnce(t, obs, next.ID)
+	require.Zero(t, obs.count(msg.ID))
+	require.EqualValues(t, 1, e.orders(t))
+}
+
+func TestTransactionalBadInputSendsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	tr := e.start(t, e.db, e.chk, nil)
+	ran := false
+	local := func(ctx context.Context, tx *gorm.DB) error { ran = true; return createOrder("x")(ctx, tx) }
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name  string
+		ctx   context.Context
+		msg   *txmsg.Message
+		local txmsg.LocalTx
+		want  error
+	}{
+		{"oversized body", context.Background(), &txmsg.Message{Topic: e.topic, Body: make([]byte, txmsg.DefaultMaxBodySize+1)}, local, txmsg.ErrBodyTooLarge},
+		{"invalid topic", context.Background(), &txmsg.Message{Topic: "orders created!", Body: []byte(`{}`)}, local, txmsg.ErrInvalidTopic},
+		{"system topic", context.Background(), &txmsg.Message{Topic: "RMQ_SYS_TRANS_HALF_TOPIC", Body: []byte(`{}`)}, local, txmsg.ErrInvalidTopic},
+		{"nil local", context.Background(), &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}, nil, txmsg.ErrNilLocalTx},
+		{"cancelled context", cancelled, &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}, local, context.Canceled},
+	}
+	for _, tc := range cases {
+		_, err := tr.Transact(tc.ctx, tc.msg, tc.local)
+		require.ErrorIs(t, err, tc.want, tc.name)
+		require.Empty(t, tc.msg.ID, "%s: no ID is assigned to a rejected message", tc.name)
+	}
+	require.False(t, ran)
+	require.Zero(t, e.orders(t))
+	counts, err := e.chk.Counts(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{checker.StateCommitted: 0, checker.StateRolledBack: 0}, counts)
+}
+
+func TestTransactionalConfigValidation(t *testing.T) {
+	t.Parallel()
+	db := &gorm.DB{}
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	good := Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}
+	cases := []struct {
+		name string
+		edit func(*TransactionalConfig)
+	}{
+		{"no name servers", func(c *TransactionalConfig) { c.NameServers = nil }},
+		{"bad name server", func(c *TransactionalConfig) { c.NameServers = []string{"localhost"} }},
+		{"bad port", func(c *TransactionalConfig) { c.NameServers = []string{"localhost:99999"} }},
+		{"no group", func(c *TransactionalConfig) { c.Group = "" }},
+		{"bad group", func(c *TransactionalConfig) { c.Group = "a group" }},
+		{"access key alone", func(c *TransactionalConfig) { c.AccessKey = "ak" }},
+		{"token alone", func(c *TransactionalConfig) { c.SecurityToken = "tok" }},
+		{"negative timeout", func(c *TransactionalConfig) { c.SendTimeout = -time.Second }},
+		{"bad topic", func(c *TransactionalConfig) { c.Topics = []string{"a b"} }},
+		{"bad namespace", func(c *TransactionalConfig) { c.Namespace = "ns!" }},
+	}
+	for _, tc := range cases {
+		cfg := TransactionalConfig{Config: good}
+		tc.edit(&cfg)
+		_, err := NewTransactional(cfg, db, chk)
+		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, tc.name)
+	}
+	_, err = NewTransactional(TransactionalConfig{Config: good}, nil, chk)
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	_, err = NewTransactional(TransactionalConfig{Config: good}, db, nil)
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+
+	withSecret := good
+	withSecret.AccessKey, withSecret.SecretKey = "AKIDEXAMPLE123", "very-secret-value"
+	require.NotContains(t, withSecret.String(), "very-secret-value")
+	require.NotContains(t, withSecret.String(), "AKIDEXAMPLE123")
+}
+
+// A check-back that comes while the local transaction is still running in
+// this process does not block the check-back goroutine or guess: it answers
+// UNKNOWN, and the transaction's own END_TRANSACTION decides. The slow
+// transaction commits and its event is delivered.
+//
+// The broker re-queues a half message each time it checks it, so a message
+// whose check raced its commit can reach consumers twice; the inbox drops
+// the second copy (see the consumer tests).
+func TestTransactionalSlowLocalTxStillCommits(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	logger, logs := newLogRecorder()
+	tr := e.start(t, e.db, e.chk, logger)
+	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	_, err := tr.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
+		if err := createOrder("slow")(ctx, tx); err != nil {
+			return err
+		}
+		// Outlast the test broker's transactionTimeOut plus a check
+		// interval, so a check-back arrives mid-transaction.
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) && logs.countLines("still running here", msg.ID) == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, logs.countLines("still running here", msg.ID), 1, "no check-back raced the transaction")
+	require.Eventually(t, func() bool { return obs.count(msg.ID) > 0 }, 60*time.Second, 50*time.Millisecond)
+	require.EqualValues(t, 1, e.orders(t))
+	require.Equal(t, checker.StateCommitted, e.barrier(t, msg.ID))
+}
+
+// When the check-back decides before the local transaction records its
+// barrier, the local transaction must not commit: the caller gets
+// ErrRolledBackByCheck, and there is no row and no delivery.
+func TestTransactionalCheckBackBeforeBarrierRollsBack(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	logger, logs := newLogRecorder()
+	tr := e.start(t, e.db, e.chk, logger)
+	msg := &txmsg.Message{ID: txmsg.NewID(), Topic: e.topic, Body: []byte(`{}`)}
+	tr.testHook = func(point string) {
+		if point == "after-half-send" {
+			// Stall before the barrier insert until a check-back has been
+			// answered for this message.
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) && logs.countLines("check-back answered", msg.ID) == 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	receipt, err := tr.Transact(context.Background(), msg, createOrder("late"))
+	require.ErrorIs(t, err, txmsg.ErrRolledBackByCheck)
+	require.Equal(t, txmsg.StateRolledBack, receipt.State)
+	require.Zero(t, e.orders(t))
+	require.Equal(t, checker.StateRolledBack, e.barrier(t, msg.ID))
+	noDeliveryFor(t, obs, msg.ID, 4*time.Second)
+}
+
+// childEnv names the environment a re-executed test binary reads.
+const childEnv = "TXMSG_TX_CHILD"
+
+// TestTransactionalChildProcess is not a test of its own: the crash tests
+// re-execute the test binary to run it as a producer that is SIGKILLed at
+// an exact point of a send.
+func TestTransactionalChildProcess(t *testing.T) {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		t.Skip("runs only as a child of the crash tests")
+	}
+	var point, dsn, topic, group, id string
+	parts := strings.SplitN(spec, "|", 5)
+	require.Len(t, parts, 5)
+	point, dsn, topic, group, id = parts[0], parts[1], parts[2], parts[3], parts[4]
+	db, err := testbed.Open(dsn)
+	require.NoError(t, err)
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	tr, err := NewTransactional(TransactionalConfig{
+		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group},
+		Topics: []string{topic},
+	}, db, chk)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(context.Background()))
+	tr.testHook = func(p string) {
+		if p == point {
+			fmt.Println("KILL-POINT", p)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	_, err = tr.Transact(context.Background(), &txmsg.Message{ID: id, Topic: topic, Body: []byte(`{"from":"child"}`)}, createOrder("child"))
+	t.Fatalf("the child should have been killed at %s, Transact returned %v", point, err)
+}
+
+// runChild runs a producer of e's group in a child process and waits for
+// it to be killed at point.
+func runChild(t *testing.T, e *txEnv, point, id string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTransactionalChildProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{point, e.dsn, e.topic, e.group, id}, "|"))
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "child output:\n%s", strings.Join(lines, "\n"))
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ok)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child was not killed at %s:\n%s", point, strings.Join(lines, "\n"))
+	require.Contains(t, strings.Join(lines, "\n"), "KILL-POINT "+point)
+}
+
+// The producer dies after the half message is stored and before its local
+// transaction runs. Another producer of the group answers the check-back
+// with ROLLBACK, and the message is never delivered.
+func TestTransactionalCrashAfterHalfSendRollsBack(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	e.start(t, e.db, e.chk, nil) // the surviving instance of the group
+	id := txmsg.NewID()
+	runChild(t, e, "after-half-send", id)
+
+	require.Eventually(t, func() bool { return e.barrier(t, id) != "" }, 60*time.Second, 100*time.Millisecond,
+		"no check-back reached the surviving producer")
+	require.Equal(t, checker.StateRolledBack, e.barrier(t, id))
+	require.Zero(t, e.orders(t))
+	noDeliveryFor(t, obs, id, 4*time.Second)
+}
+
+// The producer dies after its local commit and before END_TRANSACTION. The
+// check-back answers COMMIT from the barrier; the event arrives once.
+func TestTransactionalCrashAfterCommitDelivers(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+	e.start(t, e.db, e.chk, nil)
+	id := txmsg.NewID()
+	runChild(t, e, "after-local-commit", id)
+
+	require.EqualValues(t, 1, e.orders(t))
+	require.Equal(t, checker.StateCommitted, e.barrier(t, id))
+	deliveredOnce(t, obs, id)
+}
+
+// While the database is unreachable, check-backs answer UNKNOWN and nothing
+// is delivered; once it is back, the committed transaction is delivered.
+func TestTransactionalDatabaseDownDuringCheckBacks(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := observe(t, e.topic)
+
+	cfg, err := mysql.ParseDSN(e.dsn)
+	require.NoError(t, err)
+	proxy := testbed.NewProxy(t, cfg.Addr)
+	cfg.Addr = proxy.Addr()
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
+	cutDB, err := testbed.Open(cfg.FormatDSN())
+	require.NoError(t, err)
+	cutChk, err := checker.New(cutDB, checker.Config{ResolveTimeout: time.Second})
+	require.NoError(t, err)
+	logger, logs := newLogRecorder()
+	e.start(t, e.db, cutChk, logger)
+
+	proxy.Cut()
+	id := txmsg.NewID()
+	runChild(t, e, "after-local-commit", id)
+	require.Equal(t, checker.StateCommitted, e.barrier(t, id))
+
+	require.Eventually(t, func() bool { return logs.countLines("check-back unresolved", id) >= 2 }, 30*time.Second, 50*time.Millisecond,
+		"expected UNKNOWN answers while the database is cut; logs:\n%s", logs)
+	require.Zero(t, obs.count(id), "nothing may be delivered on an UNKNOWN answer")
+	proxy.Restore()
+	deliveredOnce(t, obs, id)
+}

@@ -1,0 +1,195 @@
+package rocketmq
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// order is the business row of the transactional tests.
+type order struct {
+	ID    int64  `gorm:"primaryKey;autoIncrement"`
+	MsgID string `gorm:"size:64;uniqueIndex"`
+	SKU   string `gorm:"size:64"`
+}
+
+type orderCreated struct {
+	OrderID string `json:"order_id"`
+	SKU     string `json:"sku"`
+	Qty     int    `json:"qty"`
+}
+
+// txEnv is one test's database, checker, topic and group.
+type txEnv struct {
+	db    *gorm.DB
+	dsn   string
+	chk   *checker.Checker
+	topic string
+	group string
+}
+
+func newTxEnv(t *testing.T) *txEnv {
+	t.Helper()
+	testbed.RequireBroker(t)
+	db, dsn := testbed.DBWithDSN(t)
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(context.Background()))
+	require.NoError(t, db.AutoMigrate(&order{}))
+	return &txEnv{db: db, dsn: dsn, chk: chk, topic: testbed.Topic(t), group: testbed.Name(t, "txp")}
+}
+
+func (e *txEnv) config(logger *slog.Logger) TransactionalConfig {
+	return TransactionalConfig{
+		Config: Config{NameServers: []string{testbed.NameServer()}, Group: e.group, Logger: logger},
+		Topics: []string{e.topic},
+	}
+}
+
+// start builds and starts a transactional producer of the env's group,
+// closed when t ends.
+func (e *txEnv) start(t *testing.T, db *gorm.DB, chk *checker.Checker, logger *slog.Logger) *Transactional {
+	t.Helper()
+	tr, err := NewTransactional(e.config(logger), db, chk)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(context.Background()))
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	return tr
+}
+
+func (e *txEnv) orders(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, e.db.Model(&order{}).Count(&n).Error)
+	return n
+}
+
+func (e *txEnv) barrier(t *testing.T, id string) string {
+	t.Helper()
+	s, err := e.chk.Lookup(context.Background(), id)
+	require.NoError(t, err)
+	return s
+}
+
+// observer is a plain push consumer that records every delivery of a
+// topic by txmsg ID.
+type observer struct {
+	mu   sync.Mutex
+	seen map[string][]*primitive.MessageExt
+}
+
+func observe(t *testing.T, topic string) *observer {
+	t.Helper()
+	o := &observer{seen: map[string][]*primitive.MessageExt{}}
+	c, err := rmq.NewPushConsumer(
+		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{testbed.NameServer()})),
+		consumer.WithGroupName(testbed.Name(t, "obs")),
+		consumer.WithInstance(testbed.Name(t, "obs")),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+	)
+	require.NoError(t, err)
+	require.NoError(t, c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for _, m := range msgs {
+			id := m.GetProperty(txmsg.PropertyID)
+			o.seen[id] = append(o.seen[id], m)
+		}
+		return consumer.ConsumeSuccess, nil
+	}))
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { _ = c.Shutdown() })
+	return o
+}
+
+func (o *observer) count(id string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.seen[id])
+}
+
+func (o *observer) first(id string) *primitive.MessageExt {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.seen[id]) == 0 {
+		return nil
+	}
+	return o.seen[id][0]
+}
+
+// logRecorder is a slog handler that keeps records, for asserting what a
+// component logged.
+type logRecorder struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+	h   slog.Handler
+}
+
+func newLogRecorder() (*slog.Logger, *logRecorder) {
+	r := &logRecorder{mu: &sync.Mutex{}, buf: &bytes.Buffer{}}
+	r.h = slog.NewTextHandler(lockedWriter{r}, &slog.HandlerOptions{Level: slog.LevelDebug})
+	return slog.New(r.h), r
+}
+
+type lockedWriter struct{ r *logRecorder }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	return w.r.buf.Write(p)
+}
+
+// countLines counts logged lines containing every part.
+func (r *logRecorder) countLines(parts ...string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(r.buf.String(), "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all && line != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *logRecorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.String()
+}
+
+// noDeliveryFor asserts that id is never delivered during d, long enough
+// for several of the test broker's 1 s check-back rounds.
+func noDeliveryFor(t *testing.T, o *observer, id string, d time.Duration) {
+	t.Helper()
+	require.Never(t, func() bool { return o.count(id) > 0 }, d, 100*time.Millisecond,
+		fmt.Sprintf("message %s must never be delivered", id))
+}
+
+// deliveredOnce waits for id's delivery and then checks it stays single.
+func deliveredOnce(t *testing.T, o *observer, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return o.count(id) > 0 }, 60*time.Second, 50*time.Millisecond,
+		"message %s was not delivered", id)
+	require.Never(t, func() bool { return o.count(id) > 1 }, 3*time.Second, 100*time.Millisecond,
+		"message %s delivered more than once", id)
+}
