@@ -353,3 +353,37 @@ func TestTransactionalDatabaseDownDuringCheckBacks(t *testing.T) {
 	proxy.Restore()
 	deliveredOnce(t, obs, id)
 }
+
+// With no broker to reach, the half send fails, local never runs and
+// nothing is written.
+func TestTransactionalDeadBrokerRunsNothing(t *testing.T) {
+	t.Parallel()
+	db := testbed.DB(t)
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(context.Background()))
+	tr, err := NewTransactional(TransactionalConfig{
+		Config: Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1},
+		Topics: []string{"txmsg_nowhere"},
+	}, db, chk)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(context.Background()))
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+
+	ran := false
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = tr.Transact(ctx, &txmsg.Message{Topic: "txmsg_nowhere", Body: []byte(`{}`)}, func(context.Context, *gorm.DB) error {
+		ran = true
+		return nil
+	})
+	require.Error(t, err)
+	require.False(t, ran)
+	counts, err := chk.Counts(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, counts[checker.StateCommitted]+counts[checker.StateRolledBack])
+
+	require.NoError(t, tr.Close(context.Background()))
+	_, err = tr.Transact(context.Background(), &txmsg.Message{Topic: "txmsg_nowhere"}, func(context.Context, *gorm.DB) error { return nil })
+	require.ErrorIs(t, err, txmsg.ErrClosed)
+}

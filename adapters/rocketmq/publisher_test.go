@@ -1,0 +1,110 @@
+package rocketmq
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+func newTestPublisher(t *testing.T, maxBatch int) *Publisher {
+	t.Helper()
+	testbed.RequireBroker(t)
+	p, err := NewPublisher(PublisherConfig{
+		Config:   Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub")},
+		MaxBatch: maxBatch,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+func TestPublisherBatchesAndKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	topic := testbed.Topic(t)
+	obs := observe(t, topic)
+	p := newTestPublisher(t, 16)
+
+	var msgs []*txmsg.Message
+	for i := 0; i < 60; i++ {
+		msgs = append(msgs, &txmsg.Message{
+			Topic:       topic,
+			ShardingKey: fmt.Sprintf("user-%d", i%3),
+			Body:        []byte(fmt.Sprintf(`{"seq":%d}`, i)),
+			Properties:  map[string]string{"seq": fmt.Sprint(i)},
+		})
+	}
+	require.NoError(t, p.Publish(context.Background(), msgs...))
+	for _, m := range msgs {
+		require.NotEmpty(t, m.ID, "Publish assigns IDs")
+	}
+	require.Eventually(t, func() bool {
+		for _, m := range msgs {
+			if obs.count(m.ID) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond)
+
+	// Every message of one sharding key went to one queue, in order.
+	queueOf := map[string]int{}
+	lastOffset := map[int]int64{}
+	for _, m := range msgs {
+		got := obs.first(m.ID)
+		require.Equal(t, m.Properties["seq"], got.GetProperty("seq"))
+		require.Equal(t, m.ShardingKey, got.GetProperty(txmsg.PropertyShardingKey))
+		q := got.Queue.QueueId
+		if prev, ok := queueOf[m.ShardingKey]; ok {
+			require.Equal(t, prev, q, "key %s moved queues", m.ShardingKey)
+		}
+		queueOf[m.ShardingKey] = q
+		if prev, ok := lastOffset[q]; ok {
+			require.Greater(t, got.QueueOffset, prev, "order broken on queue %d", q)
+		}
+		lastOffset[q] = got.QueueOffset
+	}
+}
+
+func TestPublisherReportsInvalidMessagesPerIndex(t *testing.T) {
+	t.Parallel()
+	topic := testbed.Topic(t)
+	obs := observe(t, topic)
+	p := newTestPublisher(t, 0)
+	good := &txmsg.Message{Topic: topic, Body: []byte("ok")}
+	bad := &txmsg.Message{Topic: topic, Body: make([]byte, txmsg.DefaultMaxBodySize+1)}
+	err := p.Publish(context.Background(), good, bad)
+	var be *txmsg.BatchError
+	require.ErrorAs(t, err, &be)
+	require.Len(t, be.Errs, 2)
+	require.NoError(t, be.Errs[0])
+	require.ErrorIs(t, be.Errs[1], txmsg.ErrBodyTooLarge)
+	deliveredOnce(t, obs, good.ID)
+
+	err = p.Publish(context.Background(), &txmsg.Message{Topic: "bad topic"})
+	require.ErrorIs(t, err, txmsg.ErrInvalidTopic)
+}
+
+func TestPublisherClosedAndDeadBroker(t *testing.T) {
+	t.Parallel()
+	p := newTestPublisher(t, 0)
+	require.NoError(t, p.Close(context.Background()))
+	require.ErrorIs(t, p.Publish(context.Background(), &txmsg.Message{Topic: "t1", Body: []byte("x")}), txmsg.ErrClosed)
+
+	// A name server nobody listens on: the publish fails with an error
+	// within the send timeout instead of hanging.
+	dead, err := NewPublisher(PublisherConfig{Config: Config{
+		NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1,
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dead.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := &txmsg.Message{Topic: "txmsg_nowhere", Body: []byte("x")}
+	require.Error(t, dead.Publish(ctx, m))
+}
