@@ -14,6 +14,11 @@ const (
 	PropertyID = "TXMSG_ID"
 	// PropertyShardingKey carries the sharding key of an ordered message.
 	PropertyShardingKey = "TXMSG_SHARDING_KEY"
+	// PropertyTopic carries the destination topic. The broker rewrites its
+	// own REAL_TOPIC property when it moves a message between system
+	// topics; this one survives, so a half message found in a system topic
+	// can still be sent where it belongs.
+	PropertyTopic = "TXMSG_TOPIC"
 )
 
 // DefaultMaxBodySize is the largest body a message may carry unless a
@@ -173,5 +178,5 @@ func (m *Message) AllKeys() []string {
 // ReservedProperty reports whether name is a property the broker protocol
 // or txmsg sets itself; applications may not set it.
 func ReservedProperty(name string) bool {
-	return reservedProperties[name] || name == PropertyID || name == PropertyShardingKey
+	return reservedProperties[name] || name == PropertyID || name == PropertyShardingKey || name == PropertyTopic
 }

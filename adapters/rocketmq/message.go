@@ -23,6 +23,7 @@ func toPrimitive(m *txmsg.Message) *primitive.Message {
 		pm.WithProperty(k, v)
 	}
 	pm.WithProperty(txmsg.PropertyID, m.ID)
+	pm.WithProperty(txmsg.PropertyTopic, m.Topic)
 	if m.ShardingKey != "" {
 		pm.WithShardingKey(m.ShardingKey)
 		pm.WithProperty(txmsg.PropertyShardingKey, m.ShardingKey)
@@ -43,6 +44,9 @@ func fromExt(ext *primitive.MessageExt) *txmsg.Received {
 		Body:        ext.Body,
 	}
 	if real := props[primitive.PropertyRetryTopic]; real != "" {
+		m.Topic = real
+	}
+	if real := props[txmsg.PropertyTopic]; real != "" {
 		m.Topic = real
 	}
 	if m.ID == "" {

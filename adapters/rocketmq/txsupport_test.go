@@ -95,6 +95,9 @@ type observer struct {
 
 func observe(t *testing.T, topic string) *observer {
 	t.Helper()
+	// The client's logger is a process global that must be set before any
+	// client runs; the observer is often the first.
+	installLogBridge(slog.Default(), slog.LevelError)
 	o := &observer{seen: map[string][]*primitive.MessageExt{}}
 	c, err := rmq.NewPushConsumer(
 		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{testbed.NameServer()})),

@@ -1,0 +1,224 @@
+package rocketmq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// CheckMaxTimeTopic is where the broker moves a half message after
+// transactionCheckMax unanswered check-backs.
+const CheckMaxTimeTopic = "TRANS_CHECK_MAX_TIME_TOPIC"
+
+// SweeperConfig configures a [Sweeper].
+type SweeperConfig struct {
+	// Config.Group is the sweeper's own consumer group.
+	Config
+	// ProducerGroups are the transactional producer groups whose
+	// transactions this sweeper's database records. Half messages of other
+	// groups are acknowledged and left alone. Required.
+	ProducerGroups []string
+	// HoldFor is how long the sweeper keeps retrying one half message
+	// in-process (backing off from 500 ms to 10 s) while the database
+	// cannot answer, before handing it back to the broker for a later
+	// delivery. Default 1 minute.
+	HoldFor time.Duration
+	// RetryDelayLevel is the broker delay level of a handed-back message;
+	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
+	// ConsumerConfig.RetryDelayLevel.
+	RetryDelayLevel int
+}
+
+// Sweeper closes the one gap the check-back protocol leaves: when the
+// database is unreachable through a half message's whole check window, the
+// broker gives up and moves the half message to [CheckMaxTimeTopic] without
+// delivering it. The sweeper consumes that topic; for each half message of
+// its producer groups it asks the barrier ([checker.Checker.Resolve]) and,
+// when the local transaction committed, publishes the event to its real
+// topic as a normal message with the same txmsg ID. Rolled-back ones are
+// dropped. Consumers dedupe by txmsg ID, so a rare second copy is harmless.
+//
+// While the database is still unreachable the sweeper asks the broker to
+// deliver the half message again later; nothing is acknowledged without an
+// answer from the barrier.
+type Sweeper struct {
+	cfg    SweeperConfig
+	chk    *checker.Checker
+	pub    txmsg.Publisher
+	log    *slog.Logger
+	pc     rmq.PushConsumer
+	groups map[string]bool
+
+	done chan struct{} // closed by Close
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+}
+
+// NewSweeper validates cfg and builds a sweeper that resolves through chk
+// and republishes through pub (usually a [Publisher]).
+func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*Sweeper, error) {
+	cc := ConsumerConfig{Config: cfg.Config, Concurrency: 4, RetryDelayLevel: cfg.RetryDelayLevel}
+	if err := cc.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Config = cc.Config
+	if chk == nil || pub == nil {
+		return nil, fmt.Errorf("%w: sweeper: checker and publisher are required", txmsg.ErrInvalidConfig)
+	}
+	if cfg.HoldFor < 0 {
+		return nil, fmt.Errorf("%w: sweeper: HoldFor must not be negative", txmsg.ErrInvalidConfig)
+	}
+	if cfg.HoldFor == 0 {
+		cfg.HoldFor = time.Minute
+	}
+	if len(cfg.ProducerGroups) == 0 {
+		return nil, fmt.Errorf("%w: sweeper: ProducerGroups is empty", txmsg.ErrInvalidConfig)
+	}
+	s := &Sweeper{cfg: cfg, chk: chk, pub: pub, groups: map[string]bool{}, done: make(chan struct{}),
+		log: cfg.Logger.With("component", "txmsg.sweeper", "group", cfg.Group)}
+	for _, g := range cfg.ProducerGroups {
+		if !groupPattern.MatchString(g) {
+			return nil, fmt.Errorf("%w: sweeper: producer group %q is not a valid group name", txmsg.ErrInvalidConfig, g)
+		}
+		s.groups[g] = true
+		if cfg.Namespace != "" {
+			s.groups[cfg.Namespace+"%"+g] = true
+		}
+	}
+	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
+	opts := append(consumerOptions(&cc), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+	pc, err := rmq.NewPushConsumer(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: new sweeper: %w", err)
+	}
+	if err := pc.Subscribe(CheckMaxTimeTopic, consumer.MessageSelector{}, s.consume); err != nil {
+		return nil, fmt.Errorf("rocketmq: sweeper subscribe %s: %w", CheckMaxTimeTopic, err)
+	}
+	s.pc = pc
+	return s, nil
+}
+
+// Start begins consuming. The broker creates [CheckMaxTimeTopic] when it
+// first discards a half message; until then the client logs that the topic
+// has no route and looks again every 30 s.
+func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return txmsg.ErrClosed
+	}
+	if s.started {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.pc.Start(); err != nil {
+		return fmt.Errorf("rocketmq: start sweeper: %w", err)
+	}
+	s.started = true
+	return nil
+}
+
+// Close stops consuming. A half message being swept is either finished or
+// left unacknowledged for the next sweeper.
+func (s *Sweeper) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	if !s.started {
+		return nil
+	}
+	if err := s.pc.Shutdown(); err != nil {
+		return fmt.Errorf("rocketmq: sweeper shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *Sweeper) consume(ctx context.Context, msgs ...*primitive.MessageExt) (result consumer.ConsumeResult, err error) {
+	if cc, ok := primitive.GetConcurrentlyCtx(ctx); ok && s.cfg.RetryDelayLevel > 0 {
+		cc.DelayLevelWhenNextConsume = s.cfg.RetryDelayLevel
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic while sweeping; will retry", "panic", r)
+			result, err = consumer.ConsumeRetryLater, nil
+		}
+	}()
+	for _, ext := range msgs {
+		if !s.sweepWithRetry(ctx, ext) {
+			return consumer.ConsumeRetryLater, nil
+		}
+	}
+	return consumer.ConsumeSuccess, nil
+}
+
+// sweepWithRetry retries one half message in-process for up to HoldFor:
+// a broker redelivery would wait for the retry topic's delay instead.
+func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt) bool {
+	deadline := time.Now().Add(s.cfg.HoldFor)
+	wait := 500 * time.Millisecond
+	for {
+		if s.sweep(ctx, ext) {
+			return true
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return false
+		}
+		select {
+		case <-s.done:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// sweep handles one discarded half message and reports whether it may be
+// acknowledged.
+func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) bool {
+	if !s.groups[ext.GetProperty(primitive.PropertyProducerGroup)] {
+		return true
+	}
+	id := ext.GetProperty(txmsg.PropertyID)
+	realTopic := ext.GetProperty(txmsg.PropertyTopic)
+	if id == "" || realTopic == "" {
+		s.log.Warn("discarded half message without a txmsg ID or real topic; leaving it", "broker_msg_id", ext.MsgId)
+		return true
+	}
+	log := s.log.With("txmsg_id", id, "topic", realTopic)
+	state, err := s.chk.Resolve(ctx, id)
+	if err != nil {
+		log.Warn("discarded half message: barrier unreachable; will retry", "err", err)
+		return false
+	}
+	if state != txmsg.StateCommitted {
+		log.Info("discarded half message was rolled back; dropping it")
+		return true
+	}
+	m := fromExt(ext).Message
+	m.ID, m.Topic = id, realTopic
+	if err := s.pub.Publish(ctx, m); err != nil {
+		log.Warn("discarded half message was committed; republishing failed, will retry", "err", err)
+		return false
+	}
+	log.Info("discarded half message was committed; republished it")
+	return true
+}
