@@ -1,0 +1,488 @@
+package rocketmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
+
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Consumer defaults.
+const (
+	// DefaultConcurrency is ConsumerConfig.Concurrency's default.
+	DefaultConcurrency = 16
+	// DefaultMaxReconsumeTimes is ConsumerConfig.MaxReconsumeTimes's
+	// default, RocketMQ's own.
+	DefaultMaxReconsumeTimes = 16
+)
+
+// ConsumerConfig configures a [Consumer]. Config.Group is the consumer
+// group: the inbox dedupes per group, so two groups each handle every event
+// once. SendTimeout, Retries and MaxBodySize do not apply to consumers.
+type ConsumerConfig struct {
+	Config
+	// Concurrency is the most handlers running at once, across all routes,
+	// from 1 to 1000. Default DefaultConcurrency (16). Each running handler
+	// holds one database connection; keep it below the pool's size.
+	Concurrency int
+	// MaxReconsumeTimes is how many times a message whose handler keeps
+	// failing is delivered again; after that the broker moves it to the
+	// dead-letter topic %DLQ%<Group> (which consumers do not read; inspect
+	// and resend it with mqadmin). Default DefaultMaxReconsumeTimes (16).
+	MaxReconsumeTimes int
+	// RetryDelayLevel is the broker delay level of every redelivery after
+	// a handler error. Zero, the default, lets the broker pick level
+	// 3 + (deliveries so far - 1): with the broker's default
+	// messageDelayLevel ("1s 5s 10s 30s 1m 2m ... 2h") that is 10 s, 30 s,
+	// 1 min, 2 min and so on, 4 h 46 min in all over 16 retries. A positive
+	// level is used for every retry: 1 is 1 s, 2 is 5 s on a default
+	// broker, and a level above the broker's highest means the highest.
+	RetryDelayLevel int
+	// OnProcessed, when set, is called once per delivery after the
+	// consumer has decided about it: outcome is what the inbox did when
+	// err is nil; a non-nil err means the broker will deliver the message
+	// again. Deliveries turned away because the consumer is closing are
+	// not reported. It runs on the consuming goroutine; keep it fast.
+	// Meant for metrics and tests.
+	OnProcessed func(r *txmsg.Received, outcome txmsg.Outcome, err error)
+}
+
+func (c *ConsumerConfig) validate() error {
+	if err := c.Config.validate("consumer"); err != nil {
+		return err
+	}
+	switch {
+	case c.Concurrency < 0 || c.Concurrency > 1000:
+		return fmt.Errorf("%w: consumer: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, DefaultConcurrency)
+	case c.MaxReconsumeTimes < 0 || c.MaxReconsumeTimes > math.MaxInt32:
+		return fmt.Errorf("%w: consumer: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, DefaultMaxReconsumeTimes)
+	case c.RetryDelayLevel < 0:
+		return fmt.Errorf("%w: consumer: RetryDelayLevel must not be negative (0 means the broker's schedule)", txmsg.ErrInvalidConfig)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxReconsumeTimes == 0 {
+		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
+	}
+	return nil
+}
+
+// Consumer is a RocketMQ push consumer (clustering mode, concurrent) that
+// runs each message's [txmsg.Route] through an [txmsg.Inbox]: the handler
+// runs in a database transaction that first records (group, message ID),
+// so its effects are applied at most once per group, and the message is
+// acknowledged only after that transaction commits.
+//
+// For each delivery:
+//   - handled, duplicate or parked (undecodable body, stored in the
+//     dead-letter table) → acknowledged;
+//   - handler error or panic → rolled back and delivered again later (see
+//     ConsumerConfig.RetryDelayLevel), up to MaxReconsumeTimes times, then
+//     moved to the broker's %DLQ%<Group> topic.
+//
+// The dedupe key is the txmsg ID (the TXMSG_ID property) of messages sent
+// through txmsg. Messages from other producers are deduped by the broker's
+// message ID: the client-generated unique key (UNIQ_KEY), which every
+// official RocketMQ client sets and which survives redelivery, else the
+// stored message's offset ID. Two sends of the same business event by a
+// foreign producer are therefore two messages to the inbox.
+//
+// Topics must exist before Start.
+type Consumer struct {
+	cfg    ConsumerConfig
+	inbox  *txmsg.Inbox
+	routes []txmsg.Route
+	log    *slog.Logger
+	pc     rmq.PushConsumer
+	sem    chan struct{}
+
+	// handlerCtx parents every handler's context. It is the consumer's own
+	// lifetime, not a caller's context: Close cancels it when its caller
+	// stops waiting, so running transactions roll back.
+	handlerCtx    context.Context
+	cancelHandler context.CancelFunc
+	// closing is closed when Close begins; released after the client has
+	// shut down (see hold).
+	closing  chan struct{}
+	released chan struct{}
+
+	mu       sync.RWMutex
+	started  bool
+	closed   bool
+	startErr error
+	inflight sync.WaitGroup
+}
+
+// NewConsumer validates cfg and routes and builds a consumer of cfg.Group
+// that subscribes each route's topic and tag expression. Call Start to
+// begin consuming. Every route must be valid and have its own topic.
+func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) (*Consumer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if inbox == nil {
+		return nil, fmt.Errorf("%w: consumer: inbox is nil", txmsg.ErrInvalidConfig)
+	}
+	if len(routes) == 0 {
+		return nil, fmt.Errorf("%w: consumer: no routes; build them with txmsg.Handle", txmsg.ErrInvalidConfig)
+	}
+	seen := make(map[string]bool, len(routes))
+	for i, r := range routes {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("consumer: route %d: %w", i, err)
+		}
+		if seen[r.Topic()] {
+			return nil, fmt.Errorf("%w: consumer: two routes for topic %q; a group has one handler per topic", txmsg.ErrInvalidConfig, r.Topic())
+		}
+		seen[r.Topic()] = true
+	}
+	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
+	pc, err := rmq.NewPushConsumer(consumerOptions(&cfg)...)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: new consumer: %w", err)
+	}
+	c := &Consumer{
+		cfg:      cfg,
+		inbox:    inbox,
+		routes:   append([]txmsg.Route(nil), routes...),
+		log:      cfg.Logger.With("component", "txmsg.consumer", "group", cfg.Group),
+		pc:       pc,
+		sem:      make(chan struct{}, cfg.Concurrency),
+		closing:  make(chan struct{}),
+		released: make(chan struct{}),
+	}
+	c.handlerCtx, c.cancelHandler = context.WithCancel(context.Background())
+	for _, r := range c.routes {
+		sel := consumer.MessageSelector{Type: consumer.TAG, Expression: r.Tags()}
+		if err := pc.Subscribe(r.Topic(), sel, c.callback(r)); err != nil {
+			return nil, fmt.Errorf("rocketmq: consumer: subscribe %s: %w", r.Topic(), err)
+		}
+	}
+	return c, nil
+}
+
+// consumerOptions maps the config to the client's options. Batches are one
+// message: RocketMQ's concurrent consume result covers a whole batch, and
+// each message needs its own.
+func consumerOptions(cfg *ConsumerConfig) []consumer.Option {
+	c := &cfg.Config
+	opts := []consumer.Option{
+		consumer.WithNsResolver(primitive.NewPassthroughResolver(c.NameServers)),
+		consumer.WithGroupName(c.Group),
+		// The client shares one connection set, and one registration per
+		// group, among everything with the same instance name.
+		consumer.WithInstance(fmt.Sprintf("txmsg-consumer-%d-%s", os.Getpid(), txmsg.NewID())),
+		consumer.WithConsumerModel(consumer.Clustering),
+		consumer.WithConsumeMessageBatchMaxSize(1),
+		consumer.WithConsumeGoroutineNums(cfg.Concurrency),
+		consumer.WithMaxReconsumeTimes(int32(cfg.MaxReconsumeTimes)),
+	}
+	if c.Namespace != "" {
+		opts = append(opts, consumer.WithNamespace(c.Namespace))
+	}
+	if c.AccessKey != "" {
+		opts = append(opts, consumer.WithCredentials(c.credentials()))
+	}
+	if c.TLS {
+		opts = append(opts, consumer.WithTls(true))
+	}
+	return opts
+}
+
+// Start connects, joins the group and begins consuming. It returns once
+// the consumer holds its share of the topics' queues with their start
+// offsets fixed, so a message published after Start returns is consumed
+// even by a brand-new group. (A new group starts at the end of each queue,
+// as RocketMQ's CONSUME_FROM_LAST_OFFSET does, except where the broker
+// still holds a queue's first message in memory: there it starts at the
+// beginning.)
+//
+// Start fails when a route's topic has no route on the name servers. A
+// consumer whose Start failed cannot be started again; build a new one.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return txmsg.ErrClosed
+	case c.startErr != nil:
+		return c.startErr
+	case c.started:
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rocketmq: start consumer: %w", err)
+	}
+	// The client's calls take no context. If ctx ends first, the client is
+	// shut down once they return.
+	done := make(chan error, 1)
+	go func() { done <- c.start() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			// The client has shut itself down when a topic is missing.
+			c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
+			return c.startErr
+		}
+	case <-ctx.Done():
+		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, ctx.Err())
+		go func() {
+			if <-done == nil {
+				_ = c.pc.Shutdown()
+			}
+		}()
+		return c.startErr
+	}
+	c.started = true
+	return nil
+}
+
+func (c *Consumer) start() error {
+	if err := c.pc.Start(); err != nil {
+		return err
+	}
+	c.settle()
+	return nil
+}
+
+// settleWait bounds how long Start waits for the group's retry topic.
+const settleWait = 5 * time.Second
+
+// consumerClient is the part of the client's internal RMQClient that
+// settle uses; none of its methods has internal types in its signature.
+type consumerClient interface {
+	UpdateTopicRouteInfo()
+	RebalanceImmediately()
+}
+
+// settle waits until the client knows the route of the group's retry topic,
+// then runs one rebalance to completion.
+//
+// Why: the client's Start fetches routes, sends its first heartbeat and
+// only then starts a rebalance in the background. So when Start returns,
+// queues may not be assigned yet, and a new group that looks up its start
+// offset while a message is being published can start just past it: the
+// message is never consumed. And the broker creates %RETRY%<Group> only
+// on that first heartbeat, after the routes were fetched; left alone, the
+// client learns its route up to 30 s later and rebalances up to 20 s after
+// that, and a new group's first redeliveries wait as long.
+//
+// The client has no public call for either, so settle reaches the client
+// behind the push consumer by reflection, as warmRoutes does for
+// producers. If the pinned version's fields are not there, it does
+// nothing and the client catches up on its own schedule.
+func (c *Consumer) settle() {
+	cl := consumerClientOf(c.pc)
+	rs, ok := c.pc.(interface{ IsSubscribeTopicNeedUpdate(topic string) bool })
+	if cl == nil || !ok {
+		c.log.Debug("cannot reach the client's rebalance; queues are assigned in the background")
+		return
+	}
+	retry := "%RETRY%" + c.brokerGroup()
+	for deadline := time.Now().Add(settleWait); rs.IsSubscribeTopicNeedUpdate(retry); {
+		if time.Now().After(deadline) {
+			c.log.Warn("the group's retry topic has no route yet; redeliveries may wait for the client's next route refresh (up to 50 s)", "retry_topic", retry)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		cl.UpdateTopicRouteInfo()
+	}
+	// Serialized with the client's own rebalances; when it returns, every
+	// subscribed queue this instance owns has a process queue and a start
+	// offset.
+	cl.RebalanceImmediately()
+}
+
+// consumerClientOf returns the client behind push consumer pc, or nil.
+func consumerClientOf(pc any) (cl consumerClient) {
+	defer func() {
+		if recover() != nil {
+			cl = nil
+		}
+	}()
+	v := reflect.ValueOf(pc)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f := v.Elem().FieldByName("client") // promoted from the embedded *defaultConsumer
+	if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
+		return nil
+	}
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	cl, _ = f.Interface().(consumerClient)
+	return cl
+}
+
+// brokerGroup is the group's name on the broker, with the namespace.
+func (c *Consumer) brokerGroup() string {
+	if c.cfg.Namespace != "" {
+		return c.cfg.Namespace + "%" + c.cfg.Group
+	}
+	return c.cfg.Group
+}
+
+// callback is the client's consume function for route r.
+func (c *Consumer) callback(r txmsg.Route) func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	return func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		if cc, ok := primitive.GetConcurrentlyCtx(ctx); ok && c.cfg.RetryDelayLevel > 0 {
+			cc.DelayLevelWhenNextConsume = c.cfg.RetryDelayLevel
+		}
+		for _, ext := range msgs {
+			if !c.process(ctx, r, ext) {
+				c.hold()
+				// The error is logged already; returning it would make the
+				// client log it again, with the whole message.
+				return consumer.ConsumeRetryLater, nil
+			}
+		}
+		return consumer.ConsumeSuccess, nil
+	}
+}
+
+// hold keeps a delivery that was not handled from being answered while the
+// consumer closes, until the client has shut down. The client then drops
+// the answer, and the message stays unacknowledged at its offset: the
+// group's next consumer gets it at once, instead of after a retry delay,
+// and without counting a failed attempt.
+func (c *Consumer) hold() {
+	select {
+	case <-c.closing:
+		<-c.released
+	default:
+	}
+}
+
+// enter admits one delivery unless the consumer is closing.
+func (c *Consumer) enter() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false
+	}
+	c.inflight.Add(1)
+	return true
+}
+
+// process runs one delivery through its route and reports whether it may
+// be acknowledged.
+func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.MessageExt) bool {
+	if !c.enter() {
+		return false
+	}
+	defer c.inflight.Done()
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.closing:
+		return false
+	}
+	defer func() { <-c.sem }()
+	select {
+	case <-c.closing:
+		return false // both were ready and select chose the semaphore
+	default:
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.handlerCtx, cancel)()
+
+	rec := fromExt(ext)
+	outcome, err := c.run(ctx, r, rec)
+	if err != nil {
+		attrs := []any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "attempt", rec.Attempt, "err", err}
+		switch {
+		case c.handlerCtx.Err() != nil:
+			c.log.Info("handler interrupted by Close; rolled back, the message goes to the group's next consumer", attrs...)
+		case rec.Attempt > c.cfg.MaxReconsumeTimes:
+			c.log.Error("handler failed on its last attempt; the broker moves the message to the dead-letter topic",
+				append(attrs, "dlq_topic", "%DLQ%"+c.brokerGroup())...)
+		default:
+			c.log.Warn("handler failed; the broker will deliver the message again", attrs...)
+		}
+	} else if outcome == txmsg.OutcomeParked {
+		c.log.Warn("message body cannot be decoded; parked in the dead-letter table",
+			"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID)
+	}
+	c.observe(rec, outcome, err)
+	return err == nil
+}
+
+// run calls r.Process and turns a panic outside the handler (in a codec,
+// say) into an error: a panic must not escape into the client, which would
+// leave the message unanswered until the next rebalance.
+func (c *Consumer) run(ctx context.Context, r txmsg.Route, rec *txmsg.Received) (outcome txmsg.Outcome, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return r.Process(ctx, c.inbox, c.cfg.Group, rec)
+}
+
+func (c *Consumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error) {
+	if c.cfg.OnProcessed == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID)
+		}
+	}()
+	c.cfg.OnProcessed(rec, outcome, err)
+}
+
+// Close stops taking new messages, waits for running handlers to commit or
+// roll back, then leaves the group and shuts the client down, saving the
+// consumed offsets. Messages received but not handled are left
+// unacknowledged and go to the group's other (or next) consumers.
+//
+// If ctx ends first, the running handlers' contexts are cancelled, so
+// their transactions roll back, and Close shuts down without waiting for
+// them and returns ctx's error. Either way no handler's work is
+// half-applied: a transaction that committed is acknowledged or, if its
+// acknowledgement is lost, recognised as a duplicate on redelivery.
+func (c *Consumer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	started := c.started
+	close(c.closing)
+	c.mu.Unlock()
+	defer close(c.released)
+	defer c.cancelHandler()
+	if !started {
+		return nil
+	}
+
+	c.pc.Suspend() // stop pulling; what is cached is not handled
+	done := make(chan struct{})
+	go func() { c.inflight.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.cancelHandler()
+		err = fmt.Errorf("rocketmq: consumer close: handlers still running: %w", ctx.Err())
+	}
+	if serr := c.pc.Shutdown(); serr != nil {
+		err = errors.Join(err, fmt.Errorf("rocketmq: consumer shutdown: %w", serr))
+	}
+	return err
+}
