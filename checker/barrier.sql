@@ -1,0 +1,11 @@
+-- txmsg barrier table (MySQL 8 / MariaDB 10.6+), the same as checker.Migrate
+-- creates. One row per transactional send: 'committed' is inserted by the
+-- local transaction, 'rolled_back' by a check-back that found no committed
+-- row. Keep rows longer than the broker's check window (checker.Purge).
+CREATE TABLE IF NOT EXISTS `txmsg_barrier` (
+  `tx_id` varchar(255) NOT NULL,
+  `state` varchar(16) NOT NULL,
+  `created_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`tx_id`),
+  KEY `idx_txmsg_barrier_created_at` (`created_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

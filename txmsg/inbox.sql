@@ -1,0 +1,35 @@
+-- txmsg consumer tables (MySQL 8 / MariaDB 10.6+), the same as
+-- txmsg.Inbox.Migrate creates.
+
+-- One row per (consumer group, message) handled: the dedupe record, inserted
+-- first in the handler's transaction. Purge rows older than the broker's
+-- redelivery horizon (txmsg.Inbox.Purge).
+CREATE TABLE IF NOT EXISTS `txmsg_inbox` (
+  `id` bigint(20) NOT NULL AUTO_INCREMENT,
+  `consumer_group` varchar(255) NOT NULL,
+  `msg_id` varchar(255) NOT NULL,
+  `topic` varchar(127) NOT NULL,
+  `handled_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_txmsg_inbox_group_msg` (`consumer_group`,`msg_id`),
+  KEY `idx_txmsg_inbox_handled_at` (`handled_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Messages whose body could not be decoded, parked with their raw bytes.
+CREATE TABLE IF NOT EXISTS `txmsg_dead_letter` (
+  `id` bigint(20) NOT NULL AUTO_INCREMENT,
+  `consumer_group` varchar(255) NOT NULL,
+  `msg_id` varchar(255) NOT NULL,
+  `broker_message_id` varchar(255) NOT NULL,
+  `topic` varchar(127) NOT NULL,
+  `tag` varchar(255) NOT NULL,
+  `keys` varchar(1024) NOT NULL,
+  `properties` text NOT NULL,
+  `body` longblob DEFAULT NULL,
+  `error` text NOT NULL,
+  `attempt` bigint(20) NOT NULL,
+  `parked_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_txmsg_dead_group_msg` (`consumer_group`,`msg_id`),
+  KEY `idx_txmsg_dead_parked_at` (`parked_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
