@@ -1,0 +1,207 @@
+package outbox
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/txmsg/txmsg/internal/store"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// DefaultBuckets is the default number of ordered-mode buckets.
+const DefaultBuckets = 16
+
+// maxBuckets keeps the lease table small enough to read whole each round.
+const maxBuckets = 1024
+
+// Config configures an [Outbox]. The zero value is usable.
+type Config struct {
+	// Table is the outbox table. Default [DefaultTable]. It must be a plain
+	// SQL identifier short enough to take the "_lease" suffix.
+	Table string
+	// MaxBodySize is the largest body accepted; it should equal the broker's
+	// maxMessageSize. Default txmsg.DefaultMaxBodySize (4 MiB).
+	MaxBodySize int
+	// Buckets is how many ordered-mode buckets sharding keys are hashed
+	// into when a row is inserted. Default [DefaultBuckets]; at most 1024.
+	// Ordered relays must use the same number. Change it only while the
+	// outbox holds no pending rows with a sharding key.
+	Buckets int
+	// Logger receives the outbox's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func validTable(what, table string) error {
+	if !store.ValidIdent(table) || !store.ValidIdent(table+leaseSuffix) {
+		return fmt.Errorf("%w: %s: table name %q must be a plain SQL identifier of at most %d characters",
+			txmsg.ErrInvalidConfig, what, table, 64-len(leaseSuffix))
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if err := validTable("outbox", c.Table); err != nil {
+		return err
+	}
+	if c.MaxBodySize < 0 || c.Buckets < 0 || c.Buckets > maxBuckets {
+		return fmt.Errorf("%w: outbox: MaxBodySize must not be negative and Buckets must be 0 to %d", txmsg.ErrInvalidConfig, maxBuckets)
+	}
+	if c.MaxBodySize == 0 {
+		c.MaxBodySize = txmsg.DefaultMaxBodySize
+	}
+	if c.Buckets == 0 {
+		c.Buckets = DefaultBuckets
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// RelayConfig configures a [Relay]. The zero value is usable; set Outbox
+// to have in-process commits wake the relay at once.
+type RelayConfig struct {
+	// Outbox, when set, is the Outbox whose commits wake this relay without
+	// waiting for the next poll. Table and Buckets default to its own.
+	Outbox *Outbox
+	// Table is the outbox table. Default: Outbox's table, else
+	// [DefaultTable].
+	Table string
+	// Name identifies this relay in leases and logs. Default
+	// "<hostname>-<pid>-<random>"; it must be unique among the relays of
+	// one table.
+	Name string
+	// BatchSize is the most rows claimed per transaction. Default 100. An
+	// ordered relay reads up to three windows of BatchSize rows per bucket,
+	// the later ones skipping the keys of the first, so that one key's
+	// backlog cannot starve the others.
+	BatchSize int
+	// PollInterval is how often the relay looks for rows committed by other
+	// processes. Default 1 s.
+	PollInterval time.Duration
+	// PublishTimeout bounds one Publish call. Cancelling Run's context does
+	// not cut a publish short: the in-flight batch finishes (within this
+	// bound) and is marked, so shutdown causes no needless duplicates.
+	// Default 30 s.
+	PublishTimeout time.Duration
+	// MaxAttempts is how many failed attempts make a row dead. Default 20;
+	// negative means rows are retried forever.
+	MaxAttempts int
+	// MinBackoff is the delay after a row's first failure; each further
+	// failure doubles it, up to MaxBackoff, with jitter (the delay is drawn
+	// from [d/2, d]). Default 1 s.
+	MinBackoff time.Duration
+	// MaxBackoff caps the delay between attempts. Default 5 min: with the
+	// default MinBackoff and MaxAttempts a row is retried for about an hour
+	// before it is dead.
+	MaxBackoff time.Duration
+	// Retention is how long sent rows are kept before the relay purges them.
+	// Default 24 h; negative means never.
+	Retention time.Duration
+	// PurgeInterval is how often the relay purges sent rows older than
+	// Retention. Default 1 min.
+	PurgeInterval time.Duration
+	// PurgeBatch is the most rows deleted per statement. Default 1000.
+	PurgeBatch int
+
+	// Ordered publishes the rows of each sharding key in id order, which
+	// for one key is commit order, even with several relays. Rows without
+	// a sharding key are published in no particular order. Every relay of a
+	// table must agree on Ordered and Buckets; an unordered relay on the
+	// same table would overtake.
+	//
+	// A row that fails holds back the later rows of its key until it is
+	// published or dead; other keys go on.
+	//
+	// Limits: a row that goes dead stops holding back later rows of its
+	// key, so they are published without it, and a requeued dead row comes
+	// after them. A relay works through its buckets one at a time and waits
+	// on a bucket while a writer's transaction holds an uncommitted outbox
+	// row in it: with Transact the row is inserted just before COMMIT; with
+	// EnqueueTx, commit soon after the call. Publishing goes round by round,
+	// at most one message per key per Publish call, so a hot key publishes
+	// one message per broker round trip.
+	Ordered bool
+	// Buckets is how many buckets keys are hashed into. It must equal the
+	// Outbox's Config.Buckets. Default: Outbox's, else [DefaultBuckets].
+	Buckets int
+	// LeaseTTL is how long a relay owns a bucket without renewing; a
+	// crashed relay's buckets move to others after it. Renewal runs every
+	// LeaseTTL/3. Default 10 s.
+	LeaseTTL time.Duration
+	// SettleDelay is how old a keyed row must be before an ordered relay
+	// publishes it. It covers the moment between a row's id being assigned
+	// and the row appearing in the index, and must exceed the clock skew
+	// between writers and relays. Default 100 ms.
+	SettleDelay time.Duration
+
+	// Logger receives the relay's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *RelayConfig) validate() error {
+	if c.Outbox != nil {
+		if c.Table == "" {
+			c.Table = c.Outbox.cfg.Table
+		}
+		if c.Table != c.Outbox.cfg.Table {
+			return fmt.Errorf("%w: relay: Table %q differs from the Outbox's %q", txmsg.ErrInvalidConfig, c.Table, c.Outbox.cfg.Table)
+		}
+		if c.Buckets == 0 {
+			c.Buckets = c.Outbox.cfg.Buckets
+		}
+		if c.Buckets != c.Outbox.cfg.Buckets {
+			return fmt.Errorf("%w: relay: Buckets %d differs from the Outbox's %d", txmsg.ErrInvalidConfig, c.Buckets, c.Outbox.cfg.Buckets)
+		}
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if err := validTable("relay", c.Table); err != nil {
+		return err
+	}
+	if c.BatchSize < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 ||
+		c.PurgeInterval < 0 || c.PurgeBatch < 0 || c.Buckets < 0 || c.LeaseTTL < 0 || c.SettleDelay < 0 {
+		return fmt.Errorf("%w: relay: sizes and durations must not be negative", txmsg.ErrInvalidConfig)
+	}
+	if c.Buckets > maxBuckets {
+		return fmt.Errorf("%w: relay: Buckets must be at most %d", txmsg.ErrInvalidConfig, maxBuckets)
+	}
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), txmsg.NewID()[24:])
+	}
+	if len(c.Name) > 255 {
+		return fmt.Errorf("%w: relay: Name must be at most 255 bytes", txmsg.ErrInvalidConfig)
+	}
+	setDefault(&c.BatchSize, 100)
+	setDefault(&c.PollInterval, time.Second)
+	setDefault(&c.PublishTimeout, 30*time.Second)
+	setDefault(&c.MaxAttempts, 20)
+	setDefault(&c.MinBackoff, time.Second)
+	setDefault(&c.MaxBackoff, 5*time.Minute)
+	setDefault(&c.Retention, 24*time.Hour)
+	setDefault(&c.PurgeInterval, time.Minute)
+	setDefault(&c.PurgeBatch, 1000)
+	setDefault(&c.Buckets, DefaultBuckets)
+	setDefault(&c.LeaseTTL, 10*time.Second)
+	setDefault(&c.SettleDelay, 100*time.Millisecond)
+	if c.MaxBackoff < c.MinBackoff {
+		return fmt.Errorf("%w: relay: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}

@@ -1,0 +1,50 @@
+// Package outbox is txmsg's local-table mode: a [txmsg.Transactor] for
+// brokers without transactional messages.
+//
+// [Outbox.Transact] runs the caller's local transaction and, in the same
+// database transaction, inserts the message into an outbox table. A
+// [Relay] then publishes pending rows through a [txmsg.Publisher] and marks
+// them sent. The event exists if and only if the local transaction
+// committed; it is published at least once, and consumers drop duplicates by
+// txmsg ID (see txmsg.Inbox).
+//
+// # Wiring
+//
+//	ob, err := outbox.New(db, outbox.Config{})
+//	...
+//	relay, err := outbox.NewRelay(db, publisher, outbox.RelayConfig{Outbox: ob})
+//	go relay.Run(ctx)
+//
+// A commit through [Outbox.Transact] wakes the relays built with that
+// Outbox at once. Commits in other processes, and those made with
+// [Outbox.EnqueueTx] without a following [Outbox.Notify], are found by
+// polling.
+//
+// # Claiming
+//
+// A relay claims rows in READ COMMITTED with SELECT … FOR UPDATE SKIP
+// LOCKED, publishes them and marks them sent in the same transaction, so
+// several relays share the work without publishing a row twice. Without
+// ordered mode rows are claimed in (next_attempt_at, id) order, the order
+// of the table's index, so the claim locks only the rows it returns. A relay
+// that dies after publishing and before its commit leaves the rows pending:
+// they are published again, and consumers drop the duplicates. There is no
+// "last id seen" cursor: auto-increment ids commit out of order.
+//
+// # Ordered mode
+//
+// With [RelayConfig.Ordered], rows with the same sharding key are published
+// in id order, which for one key is commit order. Keys are hashed into
+// buckets at insert; each bucket is leased to one relay at a time, and the
+// relay reads a bucket's pending rows in id order with a blocking locking
+// read, so it waits for a writer whose outbox row is not committed yet
+// instead of skipping it. A row that fails holds back the later rows of its
+// key; a row that goes dead stops holding them back. See [RelayConfig] for
+// the limits.
+//
+// # Database
+//
+// MySQL 8 or MariaDB 10.6 and later (for SKIP LOCKED); outbox.sql holds the
+// tables. Timestamps are written in UTC and read back as time.Time, so the
+// MySQL DSN needs parseTime=true.
+package outbox

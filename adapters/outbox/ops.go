@@ -1,0 +1,89 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Stats is a snapshot of the outbox table.
+type Stats struct {
+	// Pending, Sent and Dead count the rows in each status.
+	Pending, Sent, Dead int64
+	// OldestPending is the age of the oldest pending row; zero when none
+	// is pending. A growing value means the relays fall behind or the
+	// broker is failing.
+	OldestPending time.Duration
+}
+
+// Stats counts the rows by status and measures the oldest pending row,
+// in one statement.
+func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	var groups []struct {
+		Status Status
+		N      int64
+		Oldest sql.NullTime
+	}
+	err := o.db.WithContext(ctx).Table(o.cfg.Table).
+		Select("status, COUNT(*) AS n, MIN(created_at) AS oldest").Group("status").Scan(&groups).Error
+	if err != nil {
+		return s, fmt.Errorf("outbox: stats of %s: %w", o.cfg.Table, err)
+	}
+	for _, g := range groups {
+		switch g.Status {
+		case StatusPending:
+			s.Pending = g.N
+			if g.Oldest.Valid {
+				s.OldestPending = max(time.Since(g.Oldest.Time), 0)
+			}
+		case StatusSent:
+			s.Sent = g.N
+		case StatusDead:
+			s.Dead = g.N
+		}
+	}
+	return s, nil
+}
+
+// Dead returns up to limit dead rows, oldest first, for inspection before
+// a [Outbox.Requeue] or [Outbox.PurgeDead]. limit 0 means 100.
+func (o *Outbox) Dead(ctx context.Context, limit int) ([]Row, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var rows []Row
+	err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ?", StatusDead).
+		Order("id").Limit(limit).Find(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list dead rows of %s: %w", o.cfg.Table, err)
+	}
+	return rows, nil
+}
+
+// Requeue makes the dead rows with the given txmsg IDs pending again with
+// zero attempts, and wakes the relays. IDs that are not dead are ignored.
+// It returns how many rows it requeued. In ordered mode a requeued row is
+// published after the rows of its key that went out while it was dead.
+func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	now := time.Now().UTC()
+	res := o.db.WithContext(ctx).Table(o.cfg.Table).
+		Where("status = ? AND msg_id IN ?", StatusDead, ids).
+		Updates(map[string]any{
+			"status":          StatusPending,
+			"attempts":        0,
+			"next_attempt_at": now,
+			"updated_at":      now,
+		})
+	if res.Error != nil {
+		return 0, fmt.Errorf("outbox: requeue in %s: %w", o.cfg.Table, res.Error)
+	}
+	if res.RowsAffected > 0 {
+		o.Notify()
+	}
+	return res.RowsAffected, nil
+}

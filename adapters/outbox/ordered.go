@@ -1,0 +1,195 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// cycleOrdered renews leases when due and then works through each bucket
+// this relay owns.
+func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
+	var res cycleResult
+	if err := r.maintainLeases(ctx); err != nil {
+		return res, err
+	}
+	now := time.Now().UTC()
+	res.retryAt(now, r.lease.next)
+	for _, b := range r.lease.usable(now, r.cfg.LeaseTTL) {
+		if ctx.Err() != nil {
+			return res, nil
+		}
+		br, err := r.claimBucket(ctx, b)
+		if err != nil {
+			return res, fmt.Errorf("%w (bucket %d)", err, b)
+		}
+		res.more = res.more || br.more
+		if br.retryIn > 0 {
+			res.retryAt(now, now.Add(br.retryIn))
+		}
+	}
+	return res, nil
+}
+
+// claimBucket publishes the oldest pending rows of one bucket, keeping the
+// id order of each sharding key.
+//
+// The read is a blocking FOR UPDATE in id order, not SKIP LOCKED: a locked
+// row in the bucket is either held by a relay that owned the bucket before
+// (its lease ran out mid-batch) or an outbox row whose writer has not
+// committed yet. Skipping either would let later rows of the same key
+// overtake it; waiting sees its outcome.
+func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error) {
+	var res cycleResult
+	err := r.inTx(ctx, func(tx *gorm.DB) error {
+		rows, err := r.readBucket(ctx, tx, bucket, 0, nil)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errAbandoned
+		}
+		// One key's backlog, or a failing row holding it back, must not
+		// starve the other keys of the bucket: when the window is full, read
+		// on past it, leaving out the keys already seen. Each key still gets
+		// a prefix of its rows in id order.
+		window := rows
+		for extra := 0; extra < extraWindows && len(window) == r.cfg.BatchSize; extra++ {
+			seen := map[string]bool{}
+			for _, row := range rows {
+				if row.ShardingKey != "" {
+					seen[row.ShardingKey] = true
+				}
+			}
+			if window, err = r.readBucket(ctx, tx, bucket, rows[len(rows)-1].ID, seen); err != nil {
+				return err
+			}
+			rows = append(rows, window...)
+		}
+		rounds := r.planRounds(rows, time.Now().UTC(), &res)
+		results := make([]error, len(rows))
+		for i := range results {
+			results[i] = errNotTried
+		}
+		stopped := map[string]bool{}
+		for n, round := range rounds {
+			if n > 0 && ctx.Err() != nil {
+				break // shutting down: mark what was published
+			}
+			var idx []int
+			for _, i := range round {
+				if !stopped[rows[i].ShardingKey] {
+					idx = append(idx, i)
+				}
+			}
+			if len(idx) == 0 {
+				continue
+			}
+			out := r.publishRows(ctx, rows, idx)
+			for _, i := range idx {
+				results[i] = out[i]
+				if out[i] != nil && rows[i].ShardingKey != "" {
+					stopped[rows[i].ShardingKey] = true
+				}
+			}
+		}
+		if err := r.hookAfterPublish(ctx, rows, results); err != nil {
+			return err
+		}
+		sent, err := r.mark(tx, rows, results)
+		if err != nil {
+			return err
+		}
+		res.more = len(window) == r.cfg.BatchSize && sent > 0
+		return nil
+	})
+	if errors.Is(err, errAbandoned) {
+		return res, nil
+	}
+	return res, err
+}
+
+// extraWindows is how many more windows of BatchSize rows an ordered relay
+// reads in one bucket and cycle, past the keys of the first.
+const extraWindows = 2
+
+// readBucket locks and returns up to BatchSize pending rows of bucket with
+// ids above after, in id order, leaving out the keys in skip.
+func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool) ([]*Row, error) {
+	q := tx.WithContext(ctx).Table(r.cfg.Table).
+		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).
+		Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
+	if len(skip) > 0 {
+		keys := make([]string, 0, len(skip))
+		for k := range skip {
+			keys = append(keys, k)
+		}
+		q = q.Where("sharding_key NOT IN ?", keys)
+	}
+	var rows []*Row
+	if err := q.Order("id").Limit(r.cfg.BatchSize).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+	}
+	return rows, nil
+}
+
+// planRounds picks the rows of a bucket's batch that may be published now
+// and splits them into rounds, each holding at most one row per sharding
+// key, in id order. Publishing round by round means a row that fails can
+// never be overtaken by a later row of its key within one Publish call,
+// whatever the Publisher does with a partial failure.
+//
+// A keyed row holds back the later rows of its key while it is not due
+// (backing off) or younger than SettleDelay. Rows without a key are all
+// in the first round.
+func (r *Relay) planRounds(rows []*Row, now time.Time, res *cycleResult) [][]int {
+	settled := now.Add(-r.cfg.SettleDelay)
+	held := map[string]bool{}
+	perKey := map[string][]int{}
+	var keys []string
+	var unkeyed []int
+	for i, row := range rows {
+		k := row.ShardingKey
+		switch {
+		case k != "" && held[k]:
+		case row.NextAttemptAt.After(now):
+			if k != "" {
+				held[k] = true
+			}
+			res.retryAt(now, row.NextAttemptAt)
+		case k == "":
+			unkeyed = append(unkeyed, i)
+		case row.CreatedAt.After(settled):
+			held[k] = true
+			res.retryAt(now, row.CreatedAt.Add(r.cfg.SettleDelay))
+		default:
+			if _, ok := perKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			perKey[k] = append(perKey[k], i)
+		}
+	}
+	var rounds [][]int
+	for n := 0; ; n++ {
+		var round []int
+		if n == 0 {
+			round = append(round, unkeyed...)
+		}
+		for _, k := range keys {
+			if n < len(perKey[k]) {
+				round = append(round, perKey[k][n])
+			}
+		}
+		if len(round) == 0 {
+			return rounds
+		}
+		rounds = append(rounds, round)
+	}
+}

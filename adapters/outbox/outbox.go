@@ -1,0 +1,63 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Outbox writes messages into the outbox table inside local transactions.
+// It implements [txmsg.Transactor]. It is safe for concurrent use.
+type Outbox struct {
+	db  *gorm.DB
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	wakers map[chan struct{}]struct{}
+}
+
+var _ txmsg.Transactor = (*Outbox)(nil)
+
+// New returns an Outbox writing to cfg.Table through db. Call
+// [Outbox.Migrate] (or apply outbox.sql) before the first Transact.
+func New(db *gorm.DB, cfg Config) (*Outbox, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: outbox: db is nil", txmsg.ErrInvalidConfig)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Outbox{
+		db:     db,
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "txmsg.outbox", "table", cfg.Table),
+		wakers: map[chan struct{}]struct{}{},
+	}, nil
+}
+
+// Table returns the outbox table's name.
+func (o *Outbox) Table() string { return o.cfg.Table }
+
+// Migrate creates or updates the outbox table and its lease table with
+// gorm's AutoMigrate. outbox.sql holds the same tables as DDL for
+// migration tools.
+func (o *Outbox) Migrate(ctx context.Context) error {
+	return migrate(ctx, o.db, o.cfg.Table)
+}
+
+func migrate(ctx context.Context, db *gorm.DB, table string) error {
+	db = db.WithContext(ctx)
+	if err := db.Table(table).AutoMigrate(&Row{}); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", table, err)
+	}
+	if err := db.Table(table + leaseSuffix).AutoMigrate(&Lease{}); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", table+leaseSuffix, err)
+	}
+	return nil
+}

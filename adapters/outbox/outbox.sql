@@ -1,0 +1,37 @@
+-- txmsg local-table mode: the outbox table and the lease table of ordered
+-- relays, for MySQL 8 / MariaDB >= 10.6 (SKIP LOCKED). This is what
+-- outbox.(*Outbox).Migrate creates with the default table name. Keep the two
+-- in step (TestMigrateMatchesSQL checks it). For another table name, replace
+-- txmsg_outbox everywhere.
+
+CREATE TABLE IF NOT EXISTS `txmsg_outbox` (
+  `id` bigint NOT NULL AUTO_INCREMENT,            -- the relay's order
+  `msg_id` varchar(255) NOT NULL,                 -- txmsg ID
+  `topic` varchar(127) NOT NULL,
+  `tag` varchar(255) NOT NULL DEFAULT '',
+  `keys` varchar(1024) NOT NULL DEFAULT '',       -- space-separated
+  `sharding_key` varchar(255) NOT NULL DEFAULT '',
+  `bucket` int NOT NULL DEFAULT 0,                -- ordered mode: hash(sharding_key) % buckets
+  `body` longblob NOT NULL,
+  `properties` text NOT NULL,                     -- JSON object
+  `status` varchar(16) NOT NULL,                  -- pending, sent, dead
+  `attempts` int NOT NULL DEFAULT 0,              -- failed publish attempts
+  `next_attempt_at` datetime(6) NOT NULL,
+  `last_error` varchar(1024) NOT NULL DEFAULT '',
+  `created_at` datetime(6) NOT NULL,
+  `updated_at` datetime(6) NOT NULL,
+  `sent_at` datetime(6) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_outbox_msg_id` (`msg_id`),
+  KEY `idx_outbox_due` (`status`, `next_attempt_at`, `id`),
+  KEY `idx_outbox_bucket` (`status`, `bucket`, `id`),
+  KEY `idx_outbox_status_updated` (`status`, `updated_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+CREATE TABLE IF NOT EXISTS `txmsg_outbox_lease` (
+  `bucket` int NOT NULL,
+  `owner` varchar(255) NOT NULL DEFAULT '',
+  `expires_at` datetime(6) NOT NULL,
+  `wanted_by` varchar(255) NOT NULL DEFAULT '',
+  PRIMARY KEY (`bucket`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

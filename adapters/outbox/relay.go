@@ -1,0 +1,198 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Relay publishes pending outbox rows through a [txmsg.Publisher]. Run
+// several relays, in one process or many, for throughput and availability:
+// they never publish a row twice between them, except after a crash
+// between publishing and marking.
+type Relay struct {
+	db  *gorm.DB
+	pub txmsg.Publisher
+	cfg RelayConfig
+	log *slog.Logger
+
+	running atomic.Bool
+	lease   leaseState // touched only by Run's goroutine
+
+	// afterPublish, set by tests, runs after a batch is published and
+	// before it is marked. An error simulates a crash at that point: the
+	// claim transaction rolls back and Run returns the error.
+	afterPublish func(ctx context.Context, msgs []*txmsg.Message) error
+}
+
+// crashError carries afterPublish's error out of Run.
+type crashError struct{ err error }
+
+func (e *crashError) Error() string { return "outbox: relay stopped by test hook: " + e.err.Error() }
+func (e *crashError) Unwrap() error { return e.err }
+
+// Error backoff of the relay loop while the database fails.
+const (
+	minErrorBackoff = 100 * time.Millisecond
+	maxErrorBackoff = 5 * time.Second
+)
+
+// NewRelay validates cfg and returns a Relay reading cfg.Table through db
+// and publishing through publisher. Call Run to start it.
+func NewRelay(db *gorm.DB, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, error) {
+	if db == nil || publisher == nil {
+		return nil, fmt.Errorf("%w: relay: db and publisher are required", txmsg.ErrInvalidConfig)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{
+		db:  db,
+		pub: publisher,
+		cfg: cfg,
+		log: cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", cfg.Table),
+	}, nil
+}
+
+// Name returns the relay's name, as used in leases and logs.
+func (r *Relay) Name() string { return r.cfg.Name }
+
+// Run publishes pending rows until ctx is cancelled, then returns nil. It
+// returns an error only when the Relay is already running.
+//
+// Run keeps going through failures: when the database fails it logs, backs
+// off (up to 5 s) and tries again; when the broker fails the rows back off
+// (see [RelayConfig.MinBackoff]) and nothing is lost. On cancellation a
+// batch being published is finished and marked (within PublishTimeout); a
+// batch not yet published is abandoned, its transaction rolled back and its
+// rows left pending. In ordered mode Run releases its bucket leases on the
+// way out so other relays take over at once.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("outbox: relay %s is already running", r.cfg.Name)
+	}
+	defer r.running.Store(false)
+	r.log.Info("relay started", "ordered", r.cfg.Ordered, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
+	defer r.log.Info("relay stopped")
+
+	var wake <-chan struct{}
+	if r.cfg.Outbox != nil {
+		ch, stop := r.cfg.Outbox.subscribe()
+		defer stop()
+		wake = ch
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	if r.cfg.Retention > 0 {
+		wg.Go(func() { r.purgeLoop(bg) })
+	}
+	if r.cfg.Ordered {
+		r.lease = leaseState{owned: map[int]time.Time{}}
+		defer r.releaseLeases(ctx)
+	}
+	failures := 0
+	for ctx.Err() == nil {
+		var res cycleResult
+		var err error
+		if r.cfg.Ordered {
+			res, err = r.cycleOrdered(ctx)
+		} else {
+			res, err = r.cycleUnordered(ctx)
+		}
+		var crash *crashError
+		if errors.As(err, &crash) {
+			return crash
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			failures++
+			d := jitter(expBackoff(minErrorBackoff, maxErrorBackoff, failures))
+			r.log.Warn("relay cycle failed; retrying", "err", err, "failures", failures, "retry_in", d)
+			sleep(ctx, nil, d)
+			continue
+		}
+		if failures > 0 {
+			r.log.Info("relay recovered", "failures", failures)
+			failures = 0
+		}
+		if res.more {
+			continue
+		}
+		d := r.cfg.PollInterval
+		if res.retryIn > 0 && res.retryIn < d {
+			d = res.retryIn
+		}
+		sleep(ctx, wake, d)
+	}
+	return nil
+}
+
+// cycleResult tells Run when to look again.
+type cycleResult struct {
+	// more means a full batch was published: look again at once.
+	more bool
+	// retryIn, when positive, is when rows held back now become
+	// publishable, if that is sooner than the next poll.
+	retryIn time.Duration
+}
+
+func (c *cycleResult) retryAt(now, t time.Time) {
+	d := max(t.Sub(now), 5*time.Millisecond)
+	if c.retryIn == 0 || d < c.retryIn {
+		c.retryIn = d
+	}
+}
+
+// sleep waits for d, a nudge on wake (nil: none) or ctx.
+func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-t.C:
+	}
+}
+
+// inTx runs fn in a READ COMMITTED transaction. The transaction itself
+// is not bound to ctx, so cancelling Run does not roll back a batch that
+// is being published; fn uses ctx for the statements that may be
+// abandoned.
+func (r *Relay) inTx(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.PublishTimeout+time.Minute)
+	defer cancel()
+	return r.db.WithContext(txCtx).Transaction(fn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+}
+
+// expBackoff returns lo·2^(n-1), capped at hi.
+func expBackoff(lo, hi time.Duration, n int) time.Duration {
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+// jitter draws a delay from [d/2, d], so relays and rows that failed
+// together do not retry together.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}

@@ -1,0 +1,174 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// DefaultTable is the outbox table's default name. The lease table of
+// ordered relays is named after it with a "_lease" suffix.
+const DefaultTable = "txmsg_outbox"
+
+// leaseSuffix names the lease table after the outbox table.
+const leaseSuffix = "_lease"
+
+// Status is the state of an outbox row.
+type Status string
+
+const (
+	// StatusPending rows wait for a relay to publish them.
+	StatusPending Status = "pending"
+	// StatusSent rows were published; they are purged after the relay's
+	// retention period.
+	StatusSent Status = "sent"
+	// StatusDead rows failed MaxAttempts times. They stay until someone
+	// requeues ([Outbox.Requeue]) or purges ([Outbox.PurgeDead]) them.
+	StatusDead Status = "dead"
+)
+
+// Row is one message in the outbox table. outbox.sql holds the same table
+// as MySQL/MariaDB DDL.
+type Row struct {
+	// ID is the auto-increment key: the relay's publishing order.
+	ID int64 `gorm:"primaryKey;autoIncrement;index:idx_outbox_due,priority:3;index:idx_outbox_bucket,priority:3"`
+	// MsgID is the txmsg ID, unique.
+	MsgID string `gorm:"column:msg_id;size:255;not null;uniqueIndex:uk_outbox_msg_id"`
+	// Topic is the message's topic.
+	Topic string `gorm:"size:127;not null"`
+	// Tag is the message's tag; empty for none.
+	Tag string `gorm:"size:255;not null;default:''"`
+	// Keys are the message's extra keys, space-separated.
+	Keys string `gorm:"size:1024;not null;default:''"`
+	// ShardingKey is the message's sharding key; empty for none.
+	ShardingKey string `gorm:"size:255;not null;default:''"`
+	// Bucket is the ordered-mode bucket: a hash of ShardingKey modulo the
+	// bucket count, or a random bucket for rows without a key.
+	Bucket int `gorm:"size:32;not null;default:0;index:idx_outbox_bucket,priority:2"`
+	// Body is the payload.
+	Body []byte `gorm:"type:longblob;not null"`
+	// Properties are the user properties as a JSON object.
+	Properties string `gorm:"type:text;not null"`
+	// Status is pending, sent or dead.
+	Status Status `gorm:"size:16;not null;index:idx_outbox_due,priority:1;index:idx_outbox_bucket,priority:1;index:idx_outbox_status_updated,priority:1"`
+	// Attempts counts failed publish attempts.
+	Attempts int `gorm:"size:32;not null;default:0"`
+	// NextAttemptAt is when a relay may publish the row next.
+	NextAttemptAt time.Time `gorm:"precision:6;not null;index:idx_outbox_due,priority:2"`
+	// LastError is the error of the last failed attempt, truncated.
+	LastError string `gorm:"size:1024;not null;default:''"`
+	// CreatedAt is when the row was inserted.
+	CreatedAt time.Time `gorm:"precision:6;not null;autoCreateTime:false"`
+	// UpdatedAt is when the row last changed state or failed; purges of
+	// sent and dead rows use it.
+	UpdatedAt time.Time `gorm:"precision:6;not null;autoUpdateTime:false;index:idx_outbox_status_updated,priority:2"`
+	// SentAt is when the row was published, nil while it is not.
+	SentAt *time.Time `gorm:"precision:6"`
+}
+
+// Lease is one row of the lease table of ordered relays: which relay owns
+// a bucket, until when, and which relay asked to take it over.
+type Lease struct {
+	// Bucket is the bucket number, 0 to Buckets-1.
+	Bucket int `gorm:"size:32;primaryKey;autoIncrement:false"`
+	// Owner is the name of the relay holding the bucket; empty when free.
+	Owner string `gorm:"size:255;not null;default:''"`
+	// ExpiresAt is when the lease lapses unless renewed.
+	ExpiresAt time.Time `gorm:"precision:6;not null"`
+	// WantedBy names a relay that asked the owner to hand the bucket over.
+	WantedBy string `gorm:"size:255;not null;default:''"`
+}
+
+// Column limits the message must fit, beyond txmsg's own rules.
+const (
+	maxErrorLen      = 1024
+	maxKeysLen       = 1024
+	maxPropertiesLen = 65535
+)
+
+// newRow builds the pending row for a message that passed Validate, and
+// checks that it fits the table's columns. The caller sets MsgID.
+func newRow(m *txmsg.Message, buckets int, now time.Time) (*Row, error) {
+	props := "{}"
+	if len(m.Properties) > 0 {
+		b, err := json.Marshal(m.Properties)
+		if err != nil {
+			return nil, fmt.Errorf("%w: properties: %w", txmsg.ErrInvalidMessage, err)
+		}
+		props = string(b)
+	}
+	if len(props) > maxPropertiesLen {
+		return nil, fmt.Errorf("%w: properties take %d bytes as JSON; the outbox holds %d", txmsg.ErrInvalidMessage, len(props), maxPropertiesLen)
+	}
+	keys := strings.Join(m.Keys, " ")
+	if len(keys) > maxKeysLen {
+		return nil, fmt.Errorf("%w: keys take %d bytes; the outbox holds %d", txmsg.ErrInvalidMessage, len(keys), maxKeysLen)
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	return &Row{
+		Topic:         m.Topic,
+		Tag:           m.Tag,
+		Keys:          keys,
+		ShardingKey:   m.ShardingKey,
+		Bucket:        bucketOf(m.ShardingKey, buckets),
+		Body:          body,
+		Properties:    props,
+		Status:        StatusPending,
+		NextAttemptAt: now,
+		CreatedAt:     now,
+		UpdatedAt:     now,
+	}, nil
+}
+
+// bucketOf hashes key into [0, buckets). Rows without a key need no order,
+// so they are spread at random.
+func bucketOf(key string, buckets int) int {
+	if key == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		return int(binary.BigEndian.Uint32(b[:]) % uint32(buckets))
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(buckets))
+}
+
+// message rebuilds the envelope a row stores.
+func (r *Row) message() (*txmsg.Message, error) {
+	m := &txmsg.Message{
+		ID:          r.MsgID,
+		Topic:       r.Topic,
+		Tag:         r.Tag,
+		Keys:        strings.Fields(r.Keys),
+		ShardingKey: r.ShardingKey,
+		Body:        r.Body,
+	}
+	if r.Properties != "" && r.Properties != "{}" {
+		if err := json.Unmarshal([]byte(r.Properties), &m.Properties); err != nil {
+			return nil, fmt.Errorf("outbox: row %d has unreadable properties: %w", r.ID, err)
+		}
+	}
+	return m, nil
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

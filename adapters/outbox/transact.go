@@ -1,0 +1,154 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/internal/store"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// insertChunkBytes bounds the bodies of one multi-row INSERT, well under
+// MySQL's default max_allowed_packet.
+const insertChunkBytes = 1 << 20
+
+// Transact implements [txmsg.Transactor]: it runs local and inserts msg
+// into the outbox in one database transaction, then wakes the relays.
+//
+// It validates first: a nil local returns txmsg.ErrNilLocalTx, a bad
+// message an error wrapping txmsg.ErrInvalidMessage (and ErrBodyTooLarge or
+// ErrInvalidTopic), a done ctx its error; in those cases nothing is written
+// and the Receipt is nil. An empty msg.ID is filled in.
+//
+// When local fails or panics (as a *txmsg.PanicError) the transaction rolls
+// back and the error comes with a Receipt in txmsg.StateRolledBack. A
+// repeated ID fails with txmsg.ErrDuplicateID. When COMMIT itself fails its
+// outcome is unknown: the error wraps txmsg.ErrOutcomeUnknown, the Receipt
+// says txmsg.StateUnknown, and the message is published if and only if the
+// commit landed.
+func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.LocalTx) (*txmsg.Receipt, error) {
+	if local == nil {
+		return nil, txmsg.ErrNilLocalTx
+	}
+	rows, err := o.prepare([]*txmsg.Message{msg})
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: transact: %w", err)
+	}
+	assignIDs([]*txmsg.Message{msg}, rows)
+	receipt := &txmsg.Receipt{ID: msg.ID, State: txmsg.StateRolledBack}
+	committing := false
+	err = o.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := txmsg.CallLocal(ctx, tx, local); err != nil {
+			return err
+		}
+		// The row goes in last: its auto-increment id is the relay's order,
+		// and the shorter the gap between taking the id and committing, the
+		// closer id order is to commit order.
+		if err := o.insert(ctx, tx, rows); err != nil {
+			return err
+		}
+		committing = true
+		return nil
+	})
+	switch {
+	case err == nil:
+		receipt.State = txmsg.StateCommitted
+		o.Notify()
+		return receipt, nil
+	case committing:
+		receipt.State = txmsg.StateUnknown
+		return receipt, fmt.Errorf("%w: outbox: commit %s: %w", txmsg.ErrOutcomeUnknown, msg.ID, err)
+	default:
+		return receipt, err
+	}
+}
+
+// EnqueueTx inserts msgs into the outbox inside tx, a transaction the
+// caller holds: they are published if and only if tx commits. Every message
+// is validated before anything is written; when one is invalid, EnqueueTx
+// writes nothing and returns an error wrapping txmsg.ErrInvalidMessage
+// (with txmsg.ErrBodyTooLarge for an oversized body). Empty IDs are filled
+// in. When EnqueueTx returns an error the caller should roll tx back.
+//
+// EnqueueTx does not wake the relays, because the rows become visible only
+// when tx commits: call [Outbox.Notify] after the commit, or let the relays
+// find them at their next poll. Inside [Outbox.Transact]'s local function
+// there is no need: Transact notifies after its commit.
+func (o *Outbox) EnqueueTx(ctx context.Context, tx *gorm.DB, msgs ...*txmsg.Message) error {
+	if tx == nil {
+		return fmt.Errorf("%w: outbox: EnqueueTx needs a transaction", txmsg.ErrInvalidConfig)
+	}
+	rows, err := o.prepare(msgs)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	assignIDs(msgs, rows)
+	return o.insert(ctx, tx, rows)
+}
+
+// prepare validates msgs and builds their rows, without IDs. Nothing is
+// changed when one fails.
+func (o *Outbox) prepare(msgs []*txmsg.Message) ([]*Row, error) {
+	now := time.Now().UTC()
+	rows := make([]*Row, len(msgs))
+	for i, m := range msgs {
+		err := m.Validate(o.cfg.MaxBodySize)
+		if err == nil {
+			rows[i], err = newRow(m, o.cfg.Buckets, now)
+		}
+		if err != nil {
+			if len(msgs) == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("outbox: message %d of %d: %w", i+1, len(msgs), err)
+		}
+	}
+	return rows, nil
+}
+
+// assignIDs gives messages without an ID a new one, and each row its
+// message's ID.
+func assignIDs(msgs []*txmsg.Message, rows []*Row) {
+	for i, m := range msgs {
+		if m.ID == "" {
+			m.ID = txmsg.NewID()
+		}
+		rows[i].MsgID = m.ID
+	}
+}
+
+// insert writes prepared rows, in chunks that keep each statement small.
+func (o *Outbox) insert(ctx context.Context, tx *gorm.DB, rows []*Row) error {
+	for len(rows) > 0 {
+		n, size := 0, 0
+		for n < len(rows) && (n == 0 || size+len(rows[n].Body) <= insertChunkBytes) {
+			size += len(rows[n].Body)
+			n++
+		}
+		chunk := rows[:n]
+		rows = rows[n:]
+		if err := tx.WithContext(ctx).Table(o.cfg.Table).Create(&chunk).Error; err != nil {
+			if store.IsDuplicate(tx, err) {
+				return fmt.Errorf("%w: outbox: %s already holds %s: %w", txmsg.ErrDuplicateID, o.cfg.Table, idList(chunk), err)
+			}
+			return fmt.Errorf("outbox: insert into %s: %w", o.cfg.Table, err)
+		}
+	}
+	return nil
+}
+
+func idList(rows []*Row) string {
+	if len(rows) == 1 {
+		return rows[0].MsgID
+	}
+	return fmt.Sprintf("one of %d messages (%s, …)", len(rows), rows[0].MsgID)
+}
