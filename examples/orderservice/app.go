@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// App is the running service: its tables, its event machinery (Mode), the
+// inventory consumer and the HTTP server.
+type App struct {
+	cfg       Config
+	log       *slog.Logger
+	db        *gorm.DB
+	inbox     *txmsg.Inbox
+	inventory *Inventory
+	mode      Mode
+	consumer  *rocketmq.Consumer
+	api       *API
+
+	server   *http.Server
+	addr     net.Addr
+	serveErr chan error
+}
+
+// NewApp assembles the service; Start runs it.
+func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode Mode, consumer *rocketmq.Consumer, api *API) *App {
+	return &App{cfg: cfg, log: log, db: db, inbox: inbox, inventory: inventory, mode: mode, consumer: consumer, api: api, serveErr: make(chan error, 1)}
+}
+
+// Start creates the tables, seeds the inventory, starts the mode and the
+// consumer and begins serving HTTP. When it fails, call Shutdown to stop
+// what did start.
+func (a *App) Start(ctx context.Context) error {
+	if err := a.migrate(ctx); err != nil {
+		return err
+	}
+	if a.cfg.Seed {
+		if err := a.inventory.Seed(ctx); err != nil {
+			return err
+		}
+	}
+	if a.cfg.CreateTopicOn != "" {
+		if err := ensureTopic(ctx, a.cfg); err != nil {
+			return err
+		}
+	}
+	if err := a.mode.Start(ctx); err != nil {
+		return fmt.Errorf("start %s mode: %w", a.mode.Name(), err)
+	}
+	if err := a.consumer.Start(ctx); err != nil {
+		return fmt.Errorf("start inventory consumer: %w", err)
+	}
+	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	a.addr = ln.Addr()
+	a.server = &http.Server{
+		Handler:           a.api,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := a.server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			a.serveErr <- fmt.Errorf("http server: %w", err)
+		}
+	}()
+	return nil
+}
+
+// migrate creates the business tables and txmsg's: the inbox and
+// dead-letter tables, and the mode's barrier or outbox table.
+func (a *App) migrate(ctx context.Context) error {
+	if err := a.db.WithContext(ctx).AutoMigrate(&Order{}, &StockItem{}, &Deduction{}); err != nil {
+		return fmt.Errorf("migrate business tables: %w", err)
+	}
+	if err := a.inbox.Migrate(ctx); err != nil {
+		return err
+	}
+	return a.mode.Migrate(ctx)
+}
+
+// Addr is the HTTP server's address once Start has returned.
+func (a *App) Addr() string {
+	if a.addr == nil {
+		return ""
+	}
+	return a.addr.String()
+}
+
+// Failed delivers the HTTP server's error if it stops by itself.
+func (a *App) Failed() <-chan error { return a.serveErr }
+
+// Shutdown stops taking requests and lets those under way finish, then
+// stops the mode's producers and relay, then the consumer (its running
+// handlers commit or roll back first). Everything unfinished when ctx
+// ends is abandoned safely: the database and the broker keep it for the
+// next start.
+func (a *App) Shutdown(ctx context.Context) error {
+	var errs []error
+	if a.server != nil {
+		if err := a.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http server: %w", err))
+		}
+	}
+	if err := a.mode.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("%s mode: %w", a.mode.Name(), err))
+	}
+	if err := a.consumer.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("inventory consumer: %w", err))
+	}
+	return errors.Join(errs...)
+}

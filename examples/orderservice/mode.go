@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/checker"
+)
+
+// Mode is the machinery that gets committed events to the broker; it is
+// what differs between the two delivery modes, next to the Transactor.
+type Mode interface {
+	// Name is ModeTransactional or ModeOutbox.
+	Name() string
+	// Migrate creates the mode's tables.
+	Migrate(ctx context.Context) error
+	// Start starts the mode's producers and background work.
+	Start(ctx context.Context) error
+	// Close stops them; sends under way finish first, or ctx ends.
+	Close(ctx context.Context) error
+}
+
+// transactionalMode sends half messages and answers the broker's
+// check-backs from the barrier table. Its sweeper publishes, through a
+// plain publisher, the committed transactions the broker gave up on
+// because the database could not answer during the whole check window.
+type transactionalMode struct {
+	chk     *checker.Checker
+	tr      *rocketmq.Transactional
+	sweeper *rocketmq.Sweeper
+	pub     *rocketmq.Publisher
+}
+
+func newTransactionalMode(chk *checker.Checker, tr *rocketmq.Transactional, sweeper *rocketmq.Sweeper, pub *rocketmq.Publisher) Mode {
+	return &transactionalMode{chk: chk, tr: tr, sweeper: sweeper, pub: pub}
+}
+
+func (m *transactionalMode) Name() string                      { return ModeTransactional }
+func (m *transactionalMode) Migrate(ctx context.Context) error { return m.chk.Migrate(ctx) }
+
+func (m *transactionalMode) Start(ctx context.Context) error {
+	if err := m.tr.Start(ctx); err != nil {
+		return err
+	}
+	return m.sweeper.Start(ctx)
+}
+
+func (m *transactionalMode) Close(ctx context.Context) error {
+	return errors.Join(m.tr.Close(ctx), m.sweeper.Close(ctx), m.pub.Close(ctx))
+}
+
+// outboxMode writes events to the outbox table; its relay publishes them.
+type outboxMode struct {
+	ob    *outbox.Outbox
+	relay *outbox.Relay
+	pub   *rocketmq.Publisher
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newOutboxMode(ob *outbox.Outbox, relay *outbox.Relay, pub *rocketmq.Publisher, log *slog.Logger) Mode {
+	return &outboxMode{ob: ob, relay: relay, pub: pub, log: log}
+}
+
+func (m *outboxMode) Name() string                      { return ModeOutbox }
+func (m *outboxMode) Migrate(ctx context.Context) error { return m.ob.Migrate(ctx) }
+
+// Start runs the relay until Close. Its context is not ctx: the relay
+// lives as long as the service, not as long as startup.
+func (m *outboxMode) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stop != nil {
+		return errors.New("outbox relay already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	m.stop, m.done = stop, make(chan struct{})
+	go func() {
+		defer close(m.done)
+		if err := m.relay.Run(runCtx); err != nil {
+			m.log.Error("outbox relay stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Close stops the relay (a batch being published is finished and marked)
+// and then the publisher. Rows still pending are published after the next
+// start.
+func (m *outboxMode) Close(ctx context.Context) error {
+	m.mu.Lock()
+	stop, done := m.stop, m.done
+	m.mu.Unlock()
+	var err error
+	if stop != nil {
+		stop()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("outbox relay still running: %w", ctx.Err())
+		}
+	}
+	return errors.Join(err, m.pub.Close(ctx))
+}
