@@ -41,6 +41,7 @@ func brokerEnv(t *testing.T) *env {
 			Group:       "txmsg_outbox_test_bridge",
 		}})
 		require.NoError(t, err)
+		require.NoError(t, pub.Start(context.Background()))
 		_ = pub.Close(context.Background())
 	})
 	e := newEnv(t, Config{})
@@ -59,6 +60,7 @@ func brokerPublisher(t *testing.T) *rocketmq.Publisher {
 		Group:       testbed.Name(t, "pub"),
 	}})
 	require.NoError(t, err)
+	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 	return pub
 }

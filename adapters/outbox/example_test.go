@@ -32,6 +32,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := pub.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
 	defer pub.Close(ctx)
 	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob})
 	if err != nil {

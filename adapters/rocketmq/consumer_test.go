@@ -70,6 +70,7 @@ func newConsumerBed(t *testing.T) *consumerBed {
 		Group:       testbed.Name(t, "pg"),
 	}})
 	require.NoError(t, err)
+	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 	return &consumerBed{t: t, db: db, inbox: inbox, topic: topic, group: testbed.Name(t, "cg"), pub: pub}
 }

@@ -22,6 +22,10 @@ type PublisherConfig struct {
 	// up to this count and up to MaxBodySize bytes. Default 64; 1 turns
 	// batching off.
 	MaxBatch int
+	// Topics are fetched at Start, so the first sends to them do not each
+	// look the route up (concurrent first sends to a new topic can fail
+	// with "route info not found" in the client). Optional.
+	Topics []string
 }
 
 // Publisher sends messages right away through a plain RocketMQ producer.
@@ -30,15 +34,16 @@ type Publisher struct {
 	cfg  PublisherConfig
 	prod rmq.Producer
 
-	mu     sync.RWMutex
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.RWMutex
+	started bool
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 var _ txmsg.Publisher = (*Publisher)(nil)
 
-// NewPublisher validates cfg and starts a producer. Sends made through the
-// returned Publisher go out at once; there is no transaction.
+// NewPublisher validates cfg and builds a plain producer. Call Start before
+// Publish. Sends made through it go out at once; there is no transaction.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate("publisher"); err != nil {
 		return nil, err
@@ -49,16 +54,44 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = 64
 	}
+	for _, t := range cfg.Topics {
+		if err := txmsg.ValidateTopic(t); err != nil {
+			return nil, fmt.Errorf("%w: publisher: %w", txmsg.ErrInvalidConfig, err)
+		}
+	}
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	opts := producerOptions(&cfg.Config, "pub")
 	p, err := rmq.NewProducer(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
 	}
-	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("rocketmq: start publisher: %w", err)
-	}
 	return &Publisher{cfg: cfg, prod: p}, nil
+}
+
+// Start connects the producer and fetches the routes of the configured
+// Topics. It is idempotent.
+func (p *Publisher) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return txmsg.ErrClosed
+	case p.started:
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rocketmq: start publisher: %w", err)
+	}
+	if err := p.prod.Start(); err != nil {
+		return fmt.Errorf("rocketmq: start publisher: %w", err)
+	}
+	p.started = true
+	if len(p.cfg.Topics) > 0 {
+		if err := warmProducerRoutes(p.prod, p.cfg.Topics); err != nil {
+			p.cfg.Logger.Warn("rocketmq: cannot pre-fetch topic routes", "err", err)
+		}
+	}
+	return nil
 }
 
 // producerOptions are the client options every txmsg producer shares: a
@@ -85,14 +118,17 @@ func producerOptions(c *Config, kind string) []producer.Option {
 	return opts
 }
 
-func (p *Publisher) enter() bool {
+func (p *Publisher) enter() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.closed {
-		return false
+	switch {
+	case p.closed:
+		return txmsg.ErrClosed
+	case !p.started:
+		return errors.New("rocketmq: publisher not started; call Start first")
 	}
 	p.wg.Add(1)
-	return true
+	return nil
 }
 
 // Publish implements [txmsg.Publisher]. Messages without an ID get one.
@@ -102,8 +138,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if !p.enter() {
-		return txmsg.ErrClosed
+	if err := p.enter(); err != nil {
+		return err
 	}
 	defer p.wg.Done()
 	errs := make([]error, len(msgs))
@@ -213,7 +249,11 @@ func (p *Publisher) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
+	started := p.started
 	p.mu.Unlock()
+	if !started {
+		return nil
+	}
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
 	var err error

@@ -20,6 +20,7 @@ func newTestPublisher(t *testing.T, maxBatch int) *Publisher {
 		MaxBatch: maxBatch,
 	})
 	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
 }
@@ -102,6 +103,7 @@ func TestPublisherClosedAndDeadBroker(t *testing.T) {
 		NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1,
 	}})
 	require.NoError(t, err)
+	require.NoError(t, dead.Start(context.Background()))
 	t.Cleanup(func() { _ = dead.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -39,6 +39,11 @@ type Transactional struct {
 
 	calls sync.Map // txmsg ID → *call
 
+	// closing is closed when Close begins, released when the client has
+	// shut down; a check-back answered in between waits (see hold).
+	closing  chan struct{}
+	released chan struct{}
+
 	mu      sync.RWMutex
 	started bool
 	closed  bool
@@ -79,7 +84,8 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 		}
 	}
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
-	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group)}
+	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
+		closing: make(chan struct{}), released: make(chan struct{})}
 	prod, err := rmq.NewTransactionProducer(listener{t}, producerOptions(&cfg.Config, "tx")...)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new transactional producer: %w", err)
@@ -270,6 +276,8 @@ func (t *Transactional) Close(ctx context.Context) error {
 	t.closed = true
 	started := t.started
 	t.mu.Unlock()
+	close(t.closing)
+	defer close(t.released)
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()
 	var err error
@@ -309,6 +317,7 @@ func (l listener) ExecuteLocalTransaction(m *primitive.Message) (state primitive
 }
 
 func (l listener) CheckLocalTransaction(ext *primitive.MessageExt) (state primitive.LocalTransactionState) {
+	defer l.t.hold()
 	defer func() {
 		if r := recover(); r != nil {
 			l.t.log.Error("panic while answering a check-back; answering UNKNOWN", "panic", r)
@@ -316,6 +325,18 @@ func (l listener) CheckLocalTransaction(ext *primitive.MessageExt) (state primit
 		}
 	}()
 	return l.t.resolve(ext)
+}
+
+// hold keeps a check-back answer from being sent while Close shuts the
+// client down: the client's shutdown and its answering goroutine touch the
+// same state without synchronisation. After the shutdown the answer is
+// dropped, and the broker asks another producer of the group.
+func (t *Transactional) hold() {
+	select {
+	case <-t.closing:
+		<-t.released
+	default:
+	}
 }
 
 var _ primitive.TransactionListener = listener{}

@@ -35,7 +35,20 @@ func warmRoutes(txProducer any, topics []string) error {
 	if !dp.IsValid() || dp.Kind() != reflect.Pointer || dp.IsNil() {
 		return errors.New("transaction producer has no producer field")
 	}
-	dp = reflect.NewAt(dp.Type(), unsafe.Pointer(dp.UnsafeAddr())).Elem()
+	return warmDefaultProducer(reflect.NewAt(dp.Type(), unsafe.Pointer(dp.UnsafeAddr())).Elem(), topics)
+}
+
+// warmProducerRoutes is warmRoutes for a plain producer.
+func warmProducerRoutes(producer any, topics []string) error {
+	v := reflect.ValueOf(producer)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return errors.New("unexpected producer type")
+	}
+	return warmDefaultProducer(v, topics)
+}
+
+// warmDefaultProducer warms the client's *defaultProducer dp.
+func warmDefaultProducer(dp reflect.Value, topics []string) error {
 	update := dp.MethodByName("UpdateTopicPublishInfo")
 	if !update.IsValid() || update.Type().NumIn() != 2 || update.Type().In(1).Kind() != reflect.Pointer {
 		return errors.New("producer has no UpdateTopicPublishInfo(topic, *info)")

@@ -144,8 +144,11 @@ func provideSweeperPublisher(cfg Config, log *slog.Logger) (*rocketmq.Publisher,
 // newPublisher connects at once, so its cleanup closes it if wiring fails
 // later (Close is idempotent).
 func newPublisher(cfg Config, log *slog.Logger, group string) (*rocketmq.Publisher, func(), error) {
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: cfg.rocketmq(group, log)})
+	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: cfg.rocketmq(group, log), Topics: []string{cfg.Topic}})
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := pub.Start(context.Background()); err != nil {
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(context.Background()) }, nil

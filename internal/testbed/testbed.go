@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"os"
 	"regexp"
@@ -26,6 +27,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
 	gmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -92,6 +95,9 @@ func QuietClientLogs() {
 func RequireBroker(t testing.TB) {
 	t.Helper()
 	QuietClientLogs()
+	// Before any client of the test binary starts: the client's logger is
+	// a process global that cannot be replaced safely later.
+	rmqlog.Install(slog.Default(), slog.LevelError)
 	for _, addr := range []string{NameServer(), Broker()} {
 		if err := dial(addr); err != nil {
 			unavailable(t, "RocketMQ at "+addr, "scripts/rocketmq.sh start", err)
@@ -109,6 +115,7 @@ var (
 // clients are never closed: closing one shuts down the client it shares.
 func sharedAdmin() (admin.Admin, error) {
 	adminOnce.Do(func() {
+		rmqlog.Install(slog.Default(), slog.LevelError)
 		adminCli, adminErr = admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{NameServer()})))
 	})
 	return adminCli, adminErr
