@@ -56,6 +56,9 @@ type InboxConfig struct {
 	DeadLetterTable string
 	// Logger receives warnings; nil means slog.Default().
 	Logger *slog.Logger
+	// Hooks observe every message processed through this inbox
+	// (HookBeforeHandle, HookConsumed). Optional.
+	Hooks Hooks
 }
 
 // Inbox gives handlers exactly-once effects: each (consumer group, message
@@ -65,6 +68,7 @@ type Inbox struct {
 	table  string
 	dead   string
 	logger *slog.Logger
+	hooks  Hooks
 }
 
 // Outcome says what the inbox did with a message.
@@ -114,7 +118,7 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, logger: cfg.Logger}, nil
+	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, logger: cfg.Logger, hooks: cfg.Hooks}, nil
 }
 
 // Migrate creates or updates the inbox and dead-letter tables.

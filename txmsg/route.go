@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -92,7 +93,14 @@ func (r Route) Process(ctx context.Context, in *Inbox, group string, rec *Receiv
 	if rec == nil || rec.Message == nil {
 		return 0, fmt.Errorf("%w: received message is nil", ErrInvalidMessage)
 	}
-	return r.process(ctx, in, group, rec)
+	if len(in.hooks) == 0 {
+		return r.process(ctx, in, group, rec)
+	}
+	start := time.Now()
+	ctx = in.hooks.BeforeHandle(ctx, group, rec)
+	outcome, err := r.process(ctx, in, group, rec)
+	in.hooks.Consumed(ctx, group, rec, outcome, err, time.Since(start))
+	return outcome, err
 }
 
 func jsonString(v any) (string, error) {

@@ -112,7 +112,19 @@ func (r *Relay) publish(ctx context.Context, msgs []*txmsg.Message) (errs []erro
 			r.log.Error("publisher panicked; the batch will be retried", "panic", v, "count", len(msgs))
 		}
 	}()
+	start := time.Now()
 	err := r.pub.Publish(pctx, msgs...)
+	if len(r.cfg.Hooks) > 0 {
+		defer func() {
+			failed := 0
+			for _, e := range errs {
+				if e != nil {
+					failed++
+				}
+			}
+			r.cfg.Hooks.RelayBatch(ctx, len(msgs), failed, time.Since(start))
+		}()
+	}
 	if err == nil {
 		return make([]error, len(msgs))
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	Buckets int
 	// Logger receives the outbox's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Hooks observe Transact (txmsg.HookBeforeSend, txmsg.HookLocalDone).
+	// Optional.
+	Hooks txmsg.Hooks
 }
 
 func validTable(what, table string) error {
@@ -142,6 +145,8 @@ type RelayConfig struct {
 
 	// Logger receives the relay's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Hooks observe published batches (txmsg.HookRelayBatch). Optional.
+	Hooks txmsg.Hooks
 }
 
 func (c *RelayConfig) validate() error {

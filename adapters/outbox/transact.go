@@ -33,6 +33,9 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	if local == nil {
 		return nil, txmsg.ErrNilLocalTx
 	}
+	if msg != nil {
+		o.cfg.Hooks.BeforeSend(ctx, msg)
+	}
 	rows, err := o.prepare([]*txmsg.Message{msg})
 	if err != nil {
 		return nil, err
@@ -43,6 +46,10 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	assignIDs([]*txmsg.Message{msg}, rows)
 	receipt := &txmsg.Receipt{ID: msg.ID, State: txmsg.StateRolledBack}
 	committing := false
+	if len(o.cfg.Hooks) > 0 {
+		start := time.Now()
+		defer func() { o.cfg.Hooks.LocalDone(ctx, msg, receipt.State, err, time.Since(start)) }()
+	}
 	err = o.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := txmsg.CallLocal(ctx, tx, local); err != nil {
 			return err
@@ -63,7 +70,8 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 		return receipt, nil
 	case committing:
 		receipt.State = txmsg.StateUnknown
-		return receipt, fmt.Errorf("%w: outbox: commit %s: %w", txmsg.ErrOutcomeUnknown, msg.ID, err)
+		err = fmt.Errorf("%w: outbox: commit %s: %w", txmsg.ErrOutcomeUnknown, msg.ID, err)
+		return receipt, err
 	default:
 		return receipt, err
 	}

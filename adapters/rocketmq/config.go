@@ -53,6 +53,10 @@ type Config struct {
 	// ClientLogLevelSet marks ClientLogLevel as set, so that
 	// slog.LevelInfo (the zero value) can be chosen.
 	ClientLogLevelSet bool
+	// Hooks observe the component's events (see txmsg.Hook): half sends,
+	// local outcomes and check-backs for the transactional producer.
+	// Consumers take their hooks from the Inbox. Optional.
+	Hooks txmsg.Hooks
 }
 
 var groupPattern = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,255}$`)

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -48,9 +49,6 @@ type Transactional struct {
 	started bool
 	closed  bool
 	wg      sync.WaitGroup
-
-	// testHook, when set by tests, runs at named points of a send.
-	testHook func(point string)
 }
 
 var _ txmsg.Transactor = (*Transactional)(nil)
@@ -58,6 +56,8 @@ var _ txmsg.Transactor = (*Transactional)(nil)
 // call is one Transact in flight: the listener finds it by txmsg ID.
 type call struct {
 	ctx   context.Context
+	msg   *txmsg.Message
+	start time.Time
 	local txmsg.LocalTx
 	id    string
 	ran   bool
@@ -151,6 +151,9 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 	if local == nil {
 		return nil, txmsg.ErrNilLocalTx
 	}
+	if msg != nil {
+		t.cfg.Hooks.BeforeSend(ctx, msg)
+	}
 	if err := msg.Validate(t.cfg.MaxBodySize); err != nil {
 		return nil, err
 	}
@@ -164,7 +167,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 	if msg.ID == "" {
 		msg.ID = txmsg.NewID()
 	}
-	c := &call{ctx: ctx, local: local, id: msg.ID}
+	c := &call{ctx: ctx, msg: msg, start: time.Now(), local: local, id: msg.ID}
 	if _, dup := t.calls.LoadOrStore(msg.ID, c); dup {
 		return nil, fmt.Errorf("%w: %s is already in flight", txmsg.ErrDuplicateID, msg.ID)
 	}
@@ -172,6 +175,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 
 	res, err := t.prod.SendMessageInTransaction(ctx, toPrimitive(msg))
 	if err != nil {
+		t.cfg.Hooks.HalfSent(ctx, msg, err, time.Since(c.start))
 		return nil, fmt.Errorf("rocketmq: send half message to %s: %w", msg.Topic, err)
 	}
 	receipt := &txmsg.Receipt{ID: msg.ID, State: c.state}
@@ -195,7 +199,9 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 // transaction. It is called from the client's ExecuteLocalTransaction.
 func (t *Transactional) runLocal(c *call) {
 	c.ran = true
-	t.hook("after-half-send")
+	t.cfg.Hooks.HalfSent(c.ctx, c.msg, nil, time.Since(c.start))
+	localStart := time.Now()
+	defer func() { t.cfg.Hooks.LocalDone(c.ctx, c.msg, c.state, c.err, time.Since(localStart)) }()
 	tx := t.db.WithContext(c.ctx).Begin()
 	if tx.Error != nil {
 		c.state, c.err = txmsg.StateRolledBack, fmt.Errorf("rocketmq: begin local transaction: %w", tx.Error)
@@ -220,13 +226,6 @@ func (t *Transactional) runLocal(c *call) {
 		return
 	}
 	c.state = txmsg.StateCommitted
-	t.hook("after-local-commit")
-}
-
-func (t *Transactional) hook(point string) {
-	if t.testHook != nil {
-		t.testHook(point)
-	}
 }
 
 // resolve answers one check-back from the barrier table.
@@ -242,9 +241,12 @@ func (t *Transactional) resolve(ext *primitive.MessageExt) primitive.LocalTransa
 		// every other check-back of the process, and a COMMIT answered
 		// here as well would make the broker deliver the message twice.
 		t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
+		t.cfg.Hooks.CheckBack(id, ext.Topic, txmsg.StateUnknown, nil, 0)
 		return primitive.UnkonwnState
 	}
+	start := time.Now()
 	state, err := t.chk.Resolve(context.Background(), id) // bounded by the checker's ResolveTimeout
+	t.cfg.Hooks.CheckBack(id, ext.Topic, state, err, time.Since(start))
 	if err != nil {
 		t.log.Warn("check-back unresolved; answering UNKNOWN, the broker will ask again", "txmsg_id", id, "topic", ext.Topic, "err", err)
 		return primitive.UnkonwnState

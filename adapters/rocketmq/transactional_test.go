@@ -210,18 +210,16 @@ func TestTransactionalCheckBackBeforeBarrierRollsBack(t *testing.T) {
 	e := newTxEnv(t)
 	obs := observe(t, e.topic)
 	logger, logs := newLogRecorder()
-	tr := e.start(t, e.db, e.chk, logger)
 	msg := &txmsg.Message{ID: txmsg.NewID(), Topic: e.topic, Body: []byte(`{}`)}
-	tr.testHook = func(point string) {
-		if point == "after-half-send" {
-			// Stall before the barrier insert until a check-back has been
-			// answered for this message.
-			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) && logs.countLines("check-back answered", msg.ID) == 0 {
-				time.Sleep(50 * time.Millisecond)
-			}
+	// Stall before the barrier insert until a check-back has been answered
+	// for this message.
+	stall := pointHook{afterHalfSend: func(*txmsg.Message) {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && logs.countLines("check-back answered", msg.ID) == 0 {
+			time.Sleep(50 * time.Millisecond)
 		}
-	}
+	}}
+	tr := e.start(t, e.db, e.chk, logger, stall)
 	receipt, err := tr.Transact(context.Background(), msg, createOrder("late"))
 	require.ErrorIs(t, err, txmsg.ErrRolledBackByCheck)
 	require.Equal(t, txmsg.StateRolledBack, receipt.State)
@@ -249,19 +247,29 @@ func TestTransactionalChildProcess(t *testing.T) {
 	require.NoError(t, err)
 	chk, err := checker.New(db, checker.Config{})
 	require.NoError(t, err)
+	kill := func() {
+		fmt.Println("KILL-POINT", point)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	hook := pointHook{
+		afterHalfSend: func(*txmsg.Message) {
+			if point == "after-half-send" {
+				kill()
+			}
+		},
+		afterLocal: func(_ *txmsg.Message, state txmsg.LocalState) {
+			if point == "after-local-commit" && state == txmsg.StateCommitted {
+				kill()
+			}
+		},
+	}
 	tr, err := NewTransactional(TransactionalConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group},
+		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group, Hooks: txmsg.Hooks{hook}},
 		Topics: []string{topic},
 	}, db, chk)
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
-	tr.testHook = func(p string) {
-		if p == point {
-			fmt.Println("KILL-POINT", p)
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		}
-	}
 	_, err = tr.Transact(context.Background(), &txmsg.Message{ID: id, Topic: topic, Body: []byte(`{"from":"child"}`)}, createOrder("child"))
 	t.Fatalf("the child should have been killed at %s, Transact returned %v", point, err)
 }

@@ -63,9 +63,11 @@ func (e *txEnv) config(logger *slog.Logger) TransactionalConfig {
 
 // start builds and starts a transactional producer of the env's group,
 // closed when t ends.
-func (e *txEnv) start(t *testing.T, db *gorm.DB, chk *checker.Checker, logger *slog.Logger) *Transactional {
+func (e *txEnv) start(t *testing.T, db *gorm.DB, chk *checker.Checker, logger *slog.Logger, hooks ...txmsg.Hook) *Transactional {
 	t.Helper()
-	tr, err := NewTransactional(e.config(logger), db, chk)
+	cfg := e.config(logger)
+	cfg.Hooks = hooks
+	tr, err := NewTransactional(cfg, db, chk)
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
@@ -196,3 +198,28 @@ func deliveredOnce(t *testing.T, o *observer, id string) {
 	require.Never(t, func() bool { return o.count(id) > 1 }, 3*time.Second, 100*time.Millisecond,
 		"message %s delivered more than once", id)
 }
+
+// pointHook runs functions at two points of a transactional send: after the
+// half message was stored (before the local transaction) and after the
+// local transaction ended (before END_TRANSACTION).
+type pointHook struct {
+	afterHalfSend func(msg *txmsg.Message)
+	afterLocal    func(msg *txmsg.Message, state txmsg.LocalState)
+}
+
+func (h pointHook) OnHalfSent(_ context.Context, msg *txmsg.Message, err error, _ time.Duration) {
+	if err == nil && h.afterHalfSend != nil {
+		h.afterHalfSend(msg)
+	}
+}
+
+func (h pointHook) OnLocalDone(_ context.Context, msg *txmsg.Message, state txmsg.LocalState, _ error, _ time.Duration) {
+	if h.afterLocal != nil {
+		h.afterLocal(msg, state)
+	}
+}
+
+var (
+	_ txmsg.HookHalfSent  = pointHook{}
+	_ txmsg.HookLocalDone = pointHook{}
+)
