@@ -1,0 +1,42 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/internal/conformance"
+	"github.com/txmsg/txmsg/internal/testbed"
+)
+
+func TestOutboxConformance(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, conformance.Features{}, func(t *testing.T) conformance.Env {
+		testbed.RequireBroker(t)
+		db := testbed.DB(t)
+		ob, err := outbox.New(db, outbox.Config{})
+		require.NoError(t, err)
+		require.NoError(t, ob.Migrate(context.Background()))
+		topic := testbed.Topic(t)
+		pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{
+			Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "confpub")},
+			Topics: []string{topic},
+		})
+		require.NoError(t, err)
+		require.NoError(t, pub.Start(context.Background()))
+		relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = relay.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			_ = pub.Close(context.Background())
+		})
+		return conformance.Env{Transactor: ob, DB: db, Topic: topic}
+	})
+}
