@@ -7,6 +7,10 @@
 #   scripts/mysql.sh status   say whether the server answers
 #   scripts/mysql.sh restart  restart the server this script started (used by the chaos suite)
 #
+# Without a server on the port: docker compose (service mysql of
+# docker/compose.yml) when a Docker engine answers, else MariaDB from the OS
+# packages (TXMSG_MYSQL_MODE=packages forces the latter).
+#
 # Environment: TXMSG_MYSQL_HOST (127.0.0.1), TXMSG_MYSQL_PORT (3306),
 # TXMSG_MYSQL_DB (txmsg_test), TXMSG_MYSQL_USER / TXMSG_MYSQL_PASSWORD (txmsg/txmsg).
 set -euo pipefail
@@ -116,10 +120,35 @@ start_mariadb() {
 	exit 1
 }
 
+docker_ok() {
+	command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1
+}
+
+start_docker() {
+	log "starting MySQL 8 with docker compose (service mysql of docker/compose.yml)"
+	docker compose --env-file "$here/versions.env" -f "$root/docker/compose.yml" up -d mysql >/dev/null
+	for _ in $(seq 1 90); do
+		mysql_tcp_ok && return 0
+		sleep 1
+	done
+	log "MySQL in Docker did not accept $user within 90 s; see: docker compose -f docker/compose.yml logs mysql"
+	exit 1
+}
+
+mysql_tcp_ok() {
+	if command -v mysqladmin >/dev/null 2>&1; then
+		mysqladmin --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" ping >/dev/null 2>&1
+	else
+		listening
+	fi
+}
+
 case "${1:-start}" in
 start)
 	if listening; then
 		log "reusing the server on $host:$port"
+	elif [ "${TXMSG_MYSQL_MODE:-auto}" != packages ] && docker_ok; then
+		start_docker
 	else
 		start_mariadb
 	fi
