@@ -99,7 +99,7 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Checker{db: db, cfg: cfg, logger: cfg.Logger}, nil
+	return &Checker{db: db, cfg: cfg, logger: cfg.Logger.With("component", "txmsg.checker", "table", cfg.Table)}, nil
 }
 
 // Table returns the barrier table name.
@@ -154,9 +154,14 @@ func (c *Checker) Resolve(ctx context.Context, txID string) (txmsg.LocalState, e
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResolveTimeout)
 	defer cancel()
 	row := Barrier{TxID: txID, State: StateRolledBack, CreatedAt: time.Now().UTC()}
-	err := c.db.WithContext(ctx).Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
-	if err != nil {
-		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, err)
+	res := c.db.WithContext(ctx).Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+	if res.Error != nil {
+		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, res.Error)
+	}
+	if res.RowsAffected == 1 {
+		// The local transaction never committed: the producer died after
+		// the half send, or its END_TRANSACTION ROLLBACK was lost.
+		c.logger.Info("no committed barrier row; recorded rolled_back", "txmsg_id", txID, "state", StateRolledBack)
 	}
 	state, err := c.state(ctx, txID)
 	if err != nil {
@@ -205,7 +210,14 @@ func (c *Checker) Purge(ctx context.Context, olderThan time.Duration, batch int)
 	if olderThan < c.cfg.CheckWindow {
 		return 0, fmt.Errorf("%w: %s < %s", ErrCutoffInWindow, olderThan, c.cfg.CheckWindow)
 	}
-	return store.PurgeBefore(ctx, c.db, c.cfg.Table, "tx_id", "created_at", time.Now().UTC().Add(-olderThan), batch)
+	n, err := store.PurgeBefore(ctx, c.db, c.cfg.Table, "tx_id", "created_at", time.Now().UTC().Add(-olderThan), batch)
+	if n > 0 {
+		c.logger.Debug("purged barrier rows", "rows", n, "older_than", olderThan)
+	}
+	if err != nil {
+		return n, fmt.Errorf("checker: %w", err)
+	}
+	return n, nil
 }
 
 // Counts returns the number of barrier rows by state.

@@ -139,7 +139,7 @@ func TestResolveWaitsForRunningLocalTx(t *testing.T) {
 func TestResolveUnknownWhenDatabaseUnreachable(t *testing.T) {
 	t.Parallel()
 	_, dsn := testbed.DBWithDSN(t)
-	base, db := proxiedDB(t, dsn)
+	base, db := testbed.ProxiedDB(t, dsn)
 	chk, err := checker.New(db, checker.Config{ResolveTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(context.Background()))

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	rmq "github.com/apache/rocketmq-client-go/v2"
-	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -65,68 +63,6 @@ func brokerPublisher(t *testing.T) *rocketmq.Publisher {
 	return pub
 }
 
-// observer records what a push consumer receives, by txmsg ID and in
-// order.
-type observer struct {
-	mu    sync.Mutex
-	byID  map[string][]*primitive.MessageExt
-	order []*primitive.MessageExt
-}
-
-// observe subscribes a new consumer group to topic from its first offset.
-// handle, when set, runs for each message; an error asks for redelivery.
-func observe(t *testing.T, topic string, handle func(*primitive.MessageExt) error) *observer {
-	t.Helper()
-	o := &observer{byID: map[string][]*primitive.MessageExt{}}
-	name := testbed.Name(t, "obs")
-	c, err := rmq.NewPushConsumer(
-		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{testbed.NameServer()})),
-		consumer.WithGroupName(name),
-		consumer.WithInstance(name),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-	)
-	require.NoError(t, err)
-	require.NoError(t, c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-		for _, m := range msgs {
-			if handle != nil {
-				if err := handle(m); err != nil {
-					return consumer.ConsumeRetryLater, err
-				}
-			}
-			o.mu.Lock()
-			id := m.GetProperty(txmsg.PropertyID)
-			o.byID[id] = append(o.byID[id], m)
-			o.order = append(o.order, m)
-			o.mu.Unlock()
-		}
-		return consumer.ConsumeSuccess, nil
-	}))
-	require.NoError(t, c.Start())
-	t.Cleanup(func() { _ = c.Shutdown() })
-	return o
-}
-
-func (o *observer) distinct() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.byID)
-}
-
-func (o *observer) times(id string) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.byID[id])
-}
-
-func (o *observer) get(id string) *primitive.MessageExt {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.byID[id]) == 0 {
-		return nil
-	}
-	return o.byID[id][0]
-}
-
 // recording wraps a publisher and records what it acknowledged.
 type recording struct {
 	inner txmsg.Publisher
@@ -149,7 +85,7 @@ func (p recording) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 func TestBrokerEndToEnd(t *testing.T) {
 	t.Parallel()
 	e := brokerEnv(t)
-	obs := observe(t, e.topic, nil)
+	obs := testbed.Observe(t, e.topic, nil)
 	start(t, e.relay(brokerPublisher(t), RelayConfig{}))
 
 	m := &txmsg.Message{
@@ -163,8 +99,8 @@ func TestBrokerEndToEnd(t *testing.T) {
 	})
 	require.Error(t, err)
 
-	require.Eventually(t, func() bool { return obs.get(r.ID) != nil }, 30*time.Second, 50*time.Millisecond)
-	got := obs.get(r.ID)
+	require.Eventually(t, func() bool { return obs.First(r.ID) != nil }, 30*time.Second, 50*time.Millisecond)
+	got := obs.First(r.ID)
 	require.Equal(t, r.ID, got.GetProperty(txmsg.PropertyID))
 	require.Equal(t, `{"order":7}`, string(got.Body))
 	require.Equal(t, "created", got.GetTags())
@@ -172,7 +108,7 @@ func TestBrokerEndToEnd(t *testing.T) {
 	require.Equal(t, "outbox-test", got.GetProperty("source"))
 	require.Equal(t, "cust-1", got.GetProperty(txmsg.PropertyShardingKey))
 	require.Eventually(t, func() bool { return e.stats().Sent == 1 }, waitFor, tick)
-	require.Never(t, func() bool { return obs.distinct() > 1 }, 300*time.Millisecond, tick, "the rolled-back event never arrives")
+	require.Never(t, func() bool { return obs.Distinct() > 1 }, 300*time.Millisecond, tick, "the rolled-back event never arrives")
 }
 
 // TestBrokerCrashRepublishIsDeduped: the relay dies after publishing and
@@ -186,7 +122,7 @@ func TestBrokerCrashRepublishIsDeduped(t *testing.T) {
 	require.NoError(t, inbox.Migrate(context.Background()))
 	require.NoError(t, e.db.Exec("CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_id VARCHAR(64) NOT NULL)").Error)
 	group := testbed.Name(t, "dedupe")
-	obs := observe(t, e.topic, func(m *primitive.MessageExt) error {
+	obs := testbed.Observe(t, e.topic, func(m *primitive.MessageExt) error {
 		id := m.GetProperty(txmsg.PropertyID)
 		_, err := inbox.Run(context.Background(), group, m.Topic, id, func(ctx context.Context, tx *gorm.DB) error {
 			return tx.Exec("INSERT INTO effects (msg_id) VALUES (?)", id).Error
@@ -207,7 +143,7 @@ func TestBrokerCrashRepublishIsDeduped(t *testing.T) {
 	require.Eventually(t, func() bool { return e.stats().Sent == n }, waitFor, tick)
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
-			if obs.times(id) < 2 {
+			if obs.Count(id) < 2 {
 				return false
 			}
 		}
@@ -225,14 +161,14 @@ func TestBrokerCrashRepublishIsDeduped(t *testing.T) {
 func TestBrokerTwoRelays(t *testing.T) {
 	t.Parallel()
 	e := brokerEnv(t)
-	obs := observe(t, e.topic, nil)
+	obs := testbed.Observe(t, e.topic, nil)
 	const n = 500
 	e.enqueue(n, func(i int) *txmsg.Message { return e.msg(fmt.Sprintf("two-%d", i)) })
 	rec := newMemPublisher()
 	for i := range 2 {
 		start(t, e.relay(recording{brokerPublisher(t), rec}, RelayConfig{BatchSize: 50, Name: fmt.Sprintf("broker-relay-%d", i)}))
 	}
-	require.Eventually(t, func() bool { return obs.distinct() == n }, 45*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.Distinct() == n }, 45*time.Second, 50*time.Millisecond)
 	require.Equal(t, n, rec.distinct())
 	require.Empty(t, rec.duplicates())
 	require.Eventually(t, func() bool { return e.stats().Sent == n }, waitFor, tick)
@@ -246,7 +182,7 @@ func TestBrokerTwoRelays(t *testing.T) {
 func TestBrokerOrdered(t *testing.T) {
 	t.Parallel()
 	e := brokerEnv(t)
-	obs := observe(t, e.topic, nil)
+	obs := testbed.Observe(t, e.topic, nil)
 	start(t, e.relay(brokerPublisher(t), orderedConfig("ordered-a")))
 	start(t, e.relay(brokerPublisher(t), orderedConfig("ordered-b")))
 	const keys, perKeyN = 5, 40
@@ -259,11 +195,9 @@ func TestBrokerOrdered(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Eventually(t, func() bool { return obs.distinct() == keys*perKeyN }, 45*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.Distinct() == keys*perKeyN }, 45*time.Second, 50*time.Millisecond)
 
-	obs.mu.Lock()
-	stored := append([]*primitive.MessageExt(nil), obs.order...)
-	obs.mu.Unlock()
+	stored := obs.Order()
 	queues := map[string]map[int]bool{}
 	for _, m := range stored {
 		k := m.GetProperty(txmsg.PropertyShardingKey)

@@ -415,7 +415,9 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 		}
 	} else if outcome == txmsg.OutcomeParked {
 		c.log.Warn("message body cannot be decoded; parked in the dead-letter table",
-			"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID)
+			"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "state", outcome.String())
+	} else if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("message consumed", "txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "attempt", rec.Attempt, "state", outcome.String())
 	}
 	c.observe(rec, outcome, err)
 	return err == nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 
@@ -33,6 +34,7 @@ type PublisherConfig struct {
 type Publisher struct {
 	cfg  PublisherConfig
 	prod rmq.Producer
+	log  *slog.Logger
 
 	mu      sync.RWMutex
 	started bool
@@ -65,7 +67,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
 	}
-	return &Publisher{cfg: cfg, prod: p}, nil
+	return &Publisher{cfg: cfg, prod: p, log: cfg.Logger.With("component", "txmsg.publisher", "group", cfg.Group)}, nil
 }
 
 // Start connects the producer and fetches the routes of the configured
@@ -88,7 +90,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 	p.started = true
 	if len(p.cfg.Topics) > 0 {
 		if err := warmProducerRoutes(p.prod, p.cfg.Topics); err != nil {
-			p.cfg.Logger.Warn("rocketmq: cannot pre-fetch topic routes", "err", err)
+			p.log.Warn("cannot pre-fetch topic routes; the first sends look them up", "topics", p.cfg.Topics, "err", err)
 		}
 	}
 	return nil

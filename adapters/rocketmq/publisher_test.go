@@ -28,7 +28,7 @@ func newTestPublisher(t *testing.T, maxBatch int) *Publisher {
 func TestPublisherBatchesAndKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
 	topic := testbed.Topic(t)
-	obs := observe(t, topic)
+	obs := testbed.Observe(t, topic, nil)
 	p := newTestPublisher(t, 16)
 
 	var msgs []*txmsg.Message
@@ -46,7 +46,7 @@ func TestPublisherBatchesAndKeepsKeyOrder(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		for _, m := range msgs {
-			if obs.count(m.ID) == 0 {
+			if obs.Count(m.ID) == 0 {
 				return false
 			}
 		}
@@ -57,7 +57,7 @@ func TestPublisherBatchesAndKeepsKeyOrder(t *testing.T) {
 	queueOf := map[string]int{}
 	lastOffset := map[int]int64{}
 	for _, m := range msgs {
-		got := obs.first(m.ID)
+		got := obs.First(m.ID)
 		require.Equal(t, m.Properties["seq"], got.GetProperty("seq"))
 		require.Equal(t, m.ShardingKey, got.GetProperty(txmsg.PropertyShardingKey))
 		q := got.Queue.QueueId
@@ -75,7 +75,7 @@ func TestPublisherBatchesAndKeepsKeyOrder(t *testing.T) {
 func TestPublisherReportsInvalidMessagesPerIndex(t *testing.T) {
 	t.Parallel()
 	topic := testbed.Topic(t)
-	obs := observe(t, topic)
+	obs := testbed.Observe(t, topic, nil)
 	p := newTestPublisher(t, 0)
 	good := &txmsg.Message{Topic: topic, Body: []byte("ok")}
 	bad := &txmsg.Message{Topic: topic, Body: make([]byte, txmsg.DefaultMaxBodySize+1)}
@@ -85,7 +85,7 @@ func TestPublisherReportsInvalidMessagesPerIndex(t *testing.T) {
 	require.Len(t, be.Errs, 2)
 	require.NoError(t, be.Errs[0])
 	require.ErrorIs(t, be.Errs[1], txmsg.ErrBodyTooLarge)
-	deliveredOnce(t, obs, good.ID)
+	obs.DeliveredOnce(t, good.ID)
 
 	err = p.Publish(context.Background(), &txmsg.Message{Topic: "bad topic"})
 	require.ErrorIs(t, err, txmsg.ErrInvalidTopic)

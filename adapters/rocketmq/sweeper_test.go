@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -21,17 +20,9 @@ import (
 func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
+	obs := testbed.Observe(t, e.topic, nil)
 
-	cfg, err := mysql.ParseDSN(e.dsn)
-	require.NoError(t, err)
-	proxy := testbed.NewProxy(t, cfg.Addr)
-	cfg.Addr = proxy.Addr()
-	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
-	cutDB, err := testbed.Open(cfg.FormatDSN())
-	require.NoError(t, err)
-	cutChk, err := checker.New(cutDB, checker.Config{ResolveTimeout: time.Second})
-	require.NoError(t, err)
+	proxy, cutChk := e.cuttableChecker(t)
 
 	logger, logs := newLogRecorder()
 	e.start(t, e.db, cutChk, logger)
@@ -58,16 +49,16 @@ func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return logs.countLines("barrier unreachable", committed) > 0 && logs.countLines("barrier unreachable", abandoned) > 0
 	}, 90*time.Second, 100*time.Millisecond, "the broker did not discard the half messages; logs:\n%s", logs)
-	require.Zero(t, obs.count(committed))
+	require.Zero(t, obs.Count(committed))
 
 	proxy.Restore()
-	require.Eventually(t, func() bool { return obs.count(committed) > 0 }, 60*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return obs.Count(committed) > 0 }, 60*time.Second, 50*time.Millisecond,
 		"the committed event was not republished; logs:\n%s", logs)
-	deliveredOnce(t, obs, committed)
+	obs.DeliveredOnce(t, committed)
 	require.Eventually(t, func() bool { return logs.countLines("rolled back; dropping", abandoned) > 0 }, 60*time.Second, 100*time.Millisecond)
 	require.Equal(t, checker.StateRolledBack, e.barrier(t, abandoned))
-	require.Zero(t, obs.count(abandoned))
-	got := obs.first(committed)
+	require.Zero(t, obs.Count(abandoned))
+	got := obs.First(committed)
 	require.Equal(t, e.topic, got.Topic)
 	require.Equal(t, `{"from":"child"}`, string(got.Body))
 }

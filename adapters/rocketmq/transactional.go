@@ -201,7 +201,13 @@ func (t *Transactional) runLocal(c *call) {
 	c.ran = true
 	t.cfg.Hooks.HalfSent(c.ctx, c.msg, nil, time.Since(c.start))
 	localStart := time.Now()
-	defer func() { t.cfg.Hooks.LocalDone(c.ctx, c.msg, c.state, c.err, time.Since(localStart)) }()
+	defer func() {
+		took := time.Since(localStart)
+		if t.log.Enabled(c.ctx, slog.LevelDebug) {
+			t.log.Debug("local transaction done", "txmsg_id", c.id, "topic", c.msg.Topic, "state", c.state.String(), "took", took, "err", c.err)
+		}
+		t.cfg.Hooks.LocalDone(c.ctx, c.msg, c.state, c.err, took)
+	}()
 	tx := t.db.WithContext(c.ctx).Begin()
 	if tx.Error != nil {
 		c.state, c.err = txmsg.StateRolledBack, fmt.Errorf("rocketmq: begin local transaction: %w", tx.Error)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -27,107 +26,39 @@ func createOrder(sku string) txmsg.LocalTx {
 	}
 }
 
-func TestTransactionalCommitDeliversOnce(t *testing.T) {
+// The conformance suite (conformance_test.go) covers delivery; this test
+// covers what only transactional mode writes: the barrier row, committed
+// with the business rows or rolled back with them, and none for a message
+// rejected before the half send.
+func TestTransactionalBarrierRows(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
 	tr := e.start(t, e.db, e.chk, nil)
-	orders, err := txmsg.NewProducer(tr, txmsg.Topic[orderCreated]{Name: e.topic, Tag: "created"})
-	require.NoError(t, err)
+	ctx := context.Background()
 
-	evt := orderCreated{OrderID: "o-1", SKU: "sku-1", Qty: 2}
-	receipt, err := orders.Send(context.Background(), evt, createOrder("sku-1"), txmsg.WithKeys("o-1"))
+	committed := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	receipt, err := tr.Transact(ctx, committed, createOrder("ok"))
 	require.NoError(t, err)
-	require.Equal(t, txmsg.StateCommitted, receipt.State)
 	require.NotEmpty(t, receipt.BrokerMessageID)
-	require.EqualValues(t, 1, e.orders(t))
-	require.Equal(t, checker.StateCommitted, e.barrier(t, receipt.ID))
+	require.Equal(t, checker.StateCommitted, e.barrier(t, committed.ID))
 
-	deliveredOnce(t, obs, receipt.ID)
-	got := obs.first(receipt.ID)
-	require.Equal(t, receipt.ID, got.GetProperty(txmsg.PropertyID))
-	require.Equal(t, "created", got.GetTags())
-	require.Contains(t, got.GetKeys(), "o-1")
-	decoded, err := txmsg.JSONCodec[orderCreated]{}.Decode(got.Body)
-	require.NoError(t, err)
-	require.Equal(t, evt, decoded)
-}
-
-func TestTransactionalLocalErrorPublishesNothing(t *testing.T) {
-	t.Parallel()
-	e := newTxEnv(t)
-	obs := observe(t, e.topic)
-	tr := e.start(t, e.db, e.chk, nil)
-	boom := errors.New("out of credit")
-	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
-	receipt, err := tr.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
-		if err := createOrder("x")(ctx, tx); err != nil {
-			return err
-		}
-		return boom
+	failed := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	_, err = tr.Transact(ctx, failed, func(ctx context.Context, tx *gorm.DB) error {
+		_ = createOrder("no")(ctx, tx)
+		return errors.New("declined")
 	})
-	require.ErrorIs(t, err, boom)
-	require.Equal(t, txmsg.StateRolledBack, receipt.State)
-	require.Zero(t, e.orders(t))
-	require.Empty(t, e.barrier(t, msg.ID), "the barrier row rolled back with the business rows")
-	noDeliveryFor(t, obs, msg.ID, 5*time.Second)
-}
+	require.Error(t, err)
+	require.Empty(t, e.barrier(t, failed.ID), "the barrier row rolled back with the business rows")
 
-func TestTransactionalLocalPanicPublishesNothingAndKeepsServing(t *testing.T) {
-	t.Parallel()
-	e := newTxEnv(t)
-	obs := observe(t, e.topic)
-	tr := e.start(t, e.db, e.chk, nil)
-	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
-	_, err := tr.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
-		_ = createOrder("x")(ctx, tx)
-		panic("inventory service exploded")
-	})
-	var pe *txmsg.PanicError
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "inventory service exploded", pe.Value)
-	require.Zero(t, e.orders(t))
+	rejected := &txmsg.Message{Topic: e.topic, Body: make([]byte, txmsg.DefaultMaxBodySize+1)}
+	_, err = tr.Transact(ctx, rejected, createOrder("big"))
+	require.ErrorIs(t, err, txmsg.ErrBodyTooLarge)
+	require.Empty(t, rejected.ID, "no ID is assigned to a rejected message")
 
-	// The same producer keeps working.
-	next := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
-	_, err = tr.Transact(context.Background(), next, createOrder("y"))
+	counts, err := e.chk.Counts(ctx)
 	require.NoError(t, err)
-	deliveredOnce(t, obs, next.ID)
-	require.Zero(t, obs.count(msg.ID))
+	require.Equal(t, map[string]int64{checker.StateCommitted: 1, checker.StateRolledBack: 0}, counts)
 	require.EqualValues(t, 1, e.orders(t))
-}
-
-func TestTransactionalBadInputSendsAndWritesNothing(t *testing.T) {
-	t.Parallel()
-	e := newTxEnv(t)
-	tr := e.start(t, e.db, e.chk, nil)
-	ran := false
-	local := func(ctx context.Context, tx *gorm.DB) error { ran = true; return createOrder("x")(ctx, tx) }
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	cases := []struct {
-		name  string
-		ctx   context.Context
-		msg   *txmsg.Message
-		local txmsg.LocalTx
-		want  error
-	}{
-		{"oversized body", context.Background(), &txmsg.Message{Topic: e.topic, Body: make([]byte, txmsg.DefaultMaxBodySize+1)}, local, txmsg.ErrBodyTooLarge},
-		{"invalid topic", context.Background(), &txmsg.Message{Topic: "orders created!", Body: []byte(`{}`)}, local, txmsg.ErrInvalidTopic},
-		{"system topic", context.Background(), &txmsg.Message{Topic: "RMQ_SYS_TRANS_HALF_TOPIC", Body: []byte(`{}`)}, local, txmsg.ErrInvalidTopic},
-		{"nil local", context.Background(), &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}, nil, txmsg.ErrNilLocalTx},
-		{"cancelled context", cancelled, &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}, local, context.Canceled},
-	}
-	for _, tc := range cases {
-		_, err := tr.Transact(tc.ctx, tc.msg, tc.local)
-		require.ErrorIs(t, err, tc.want, tc.name)
-		require.Empty(t, tc.msg.ID, "%s: no ID is assigned to a rejected message", tc.name)
-	}
-	require.False(t, ran)
-	require.Zero(t, e.orders(t))
-	counts, err := e.chk.Counts(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, map[string]int64{checker.StateCommitted: 0, checker.StateRolledBack: 0}, counts)
 }
 
 func TestTransactionalConfigValidation(t *testing.T) {
@@ -179,7 +110,7 @@ func TestTransactionalConfigValidation(t *testing.T) {
 func TestTransactionalSlowLocalTxStillCommits(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
+	obs := testbed.Observe(t, e.topic, nil)
 	logger, logs := newLogRecorder()
 	tr := e.start(t, e.db, e.chk, logger)
 	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
@@ -197,7 +128,7 @@ func TestTransactionalSlowLocalTxStillCommits(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, logs.countLines("still running here", msg.ID), 1, "no check-back raced the transaction")
-	require.Eventually(t, func() bool { return obs.count(msg.ID) > 0 }, 60*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.Count(msg.ID) > 0 }, 60*time.Second, 50*time.Millisecond)
 	require.EqualValues(t, 1, e.orders(t))
 	require.Equal(t, checker.StateCommitted, e.barrier(t, msg.ID))
 }
@@ -208,7 +139,7 @@ func TestTransactionalSlowLocalTxStillCommits(t *testing.T) {
 func TestTransactionalCheckBackBeforeBarrierRollsBack(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
+	obs := testbed.Observe(t, e.topic, nil)
 	logger, logs := newLogRecorder()
 	msg := &txmsg.Message{ID: txmsg.NewID(), Topic: e.topic, Body: []byte(`{}`)}
 	// Stall before the barrier insert until a check-back has been answered
@@ -225,7 +156,7 @@ func TestTransactionalCheckBackBeforeBarrierRollsBack(t *testing.T) {
 	require.Equal(t, txmsg.StateRolledBack, receipt.State)
 	require.Zero(t, e.orders(t))
 	require.Equal(t, checker.StateRolledBack, e.barrier(t, msg.ID))
-	noDeliveryFor(t, obs, msg.ID, 4*time.Second)
+	obs.NeverDelivered(t, msg.ID, 4*time.Second)
 }
 
 // childEnv names the environment a re-executed test binary reads.
@@ -304,7 +235,7 @@ func runChild(t *testing.T, e *txEnv, point, id string) {
 func TestTransactionalCrashAfterHalfSendRollsBack(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
+	obs := testbed.Observe(t, e.topic, nil)
 	e.start(t, e.db, e.chk, nil) // the surviving instance of the group
 	id := txmsg.NewID()
 	runChild(t, e, "after-half-send", id)
@@ -313,7 +244,7 @@ func TestTransactionalCrashAfterHalfSendRollsBack(t *testing.T) {
 		"no check-back reached the surviving producer")
 	require.Equal(t, checker.StateRolledBack, e.barrier(t, id))
 	require.Zero(t, e.orders(t))
-	noDeliveryFor(t, obs, id, 4*time.Second)
+	obs.NeverDelivered(t, id, 4*time.Second)
 }
 
 // The producer dies after its local commit and before END_TRANSACTION. The
@@ -321,14 +252,14 @@ func TestTransactionalCrashAfterHalfSendRollsBack(t *testing.T) {
 func TestTransactionalCrashAfterCommitDelivers(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
+	obs := testbed.Observe(t, e.topic, nil)
 	e.start(t, e.db, e.chk, nil)
 	id := txmsg.NewID()
 	runChild(t, e, "after-local-commit", id)
 
 	require.EqualValues(t, 1, e.orders(t))
 	require.Equal(t, checker.StateCommitted, e.barrier(t, id))
-	deliveredOnce(t, obs, id)
+	obs.DeliveredOnce(t, id)
 }
 
 // While the database is unreachable, check-backs answer UNKNOWN and nothing
@@ -336,17 +267,9 @@ func TestTransactionalCrashAfterCommitDelivers(t *testing.T) {
 func TestTransactionalDatabaseDownDuringCheckBacks(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
-	obs := observe(t, e.topic)
+	obs := testbed.Observe(t, e.topic, nil)
 
-	cfg, err := mysql.ParseDSN(e.dsn)
-	require.NoError(t, err)
-	proxy := testbed.NewProxy(t, cfg.Addr)
-	cfg.Addr = proxy.Addr()
-	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
-	cutDB, err := testbed.Open(cfg.FormatDSN())
-	require.NoError(t, err)
-	cutChk, err := checker.New(cutDB, checker.Config{ResolveTimeout: time.Second})
-	require.NoError(t, err)
+	proxy, cutChk := e.cuttableChecker(t)
 	logger, logs := newLogRecorder()
 	e.start(t, e.db, cutChk, logger)
 
@@ -357,9 +280,9 @@ func TestTransactionalDatabaseDownDuringCheckBacks(t *testing.T) {
 
 	require.Eventually(t, func() bool { return logs.countLines("check-back unresolved", id) >= 2 }, 30*time.Second, 50*time.Millisecond,
 		"expected UNKNOWN answers while the database is cut; logs:\n%s", logs)
-	require.Zero(t, obs.count(id), "nothing may be delivered on an UNKNOWN answer")
+	require.Zero(t, obs.Count(id), "nothing may be delivered on an UNKNOWN answer")
 	proxy.Restore()
-	deliveredOnce(t, obs, id)
+	obs.DeliveredOnce(t, id)
 }
 
 // With no broker to reach, the half send fails, local never runs and

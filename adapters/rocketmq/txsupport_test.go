@@ -3,16 +3,12 @@ package rocketmq
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	rmq "github.com/apache/rocketmq-client-go/v2"
-	"github.com/apache/rocketmq-client-go/v2/consumer"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -26,12 +22,6 @@ type order struct {
 	ID    int64  `gorm:"primaryKey;autoIncrement"`
 	MsgID string `gorm:"size:64;uniqueIndex"`
 	SKU   string `gorm:"size:64"`
-}
-
-type orderCreated struct {
-	OrderID string `json:"order_id"`
-	SKU     string `json:"sku"`
-	Qty     int    `json:"qty"`
 }
 
 // txEnv is one test's database, checker, topic and group.
@@ -74,6 +64,16 @@ func (e *txEnv) start(t *testing.T, db *gorm.DB, chk *checker.Checker, logger *s
 	return tr
 }
 
+// cuttableChecker returns a checker on the env's database reached through a
+// proxy the test can cut.
+func (e *txEnv) cuttableChecker(t *testing.T) (*testbed.Proxy, *checker.Checker) {
+	t.Helper()
+	proxy, db := testbed.ProxiedDB(t, e.dsn)
+	chk, err := checker.New(db, checker.Config{ResolveTimeout: time.Second})
+	require.NoError(t, err)
+	return proxy, chk
+}
+
 func (e *txEnv) orders(t *testing.T) int64 {
 	t.Helper()
 	var n int64
@@ -86,55 +86,6 @@ func (e *txEnv) barrier(t *testing.T, id string) string {
 	s, err := e.chk.Lookup(context.Background(), id)
 	require.NoError(t, err)
 	return s
-}
-
-// observer is a plain push consumer that records every delivery of a
-// topic by txmsg ID.
-type observer struct {
-	mu   sync.Mutex
-	seen map[string][]*primitive.MessageExt
-}
-
-func observe(t *testing.T, topic string) *observer {
-	t.Helper()
-	// The client's logger is a process global that must be set before any
-	// client runs; the observer is often the first.
-	installLogBridge(slog.Default(), slog.LevelError)
-	o := &observer{seen: map[string][]*primitive.MessageExt{}}
-	c, err := rmq.NewPushConsumer(
-		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{testbed.NameServer()})),
-		consumer.WithGroupName(testbed.Name(t, "obs")),
-		consumer.WithInstance(testbed.Name(t, "obs")),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-	)
-	require.NoError(t, err)
-	require.NoError(t, c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		for _, m := range msgs {
-			id := m.GetProperty(txmsg.PropertyID)
-			o.seen[id] = append(o.seen[id], m)
-		}
-		return consumer.ConsumeSuccess, nil
-	}))
-	require.NoError(t, c.Start())
-	t.Cleanup(func() { _ = c.Shutdown() })
-	return o
-}
-
-func (o *observer) count(id string) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.seen[id])
-}
-
-func (o *observer) first(id string) *primitive.MessageExt {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.seen[id]) == 0 {
-		return nil
-	}
-	return o.seen[id][0]
 }
 
 // logRecorder is a slog handler that keeps records, for asserting what a
@@ -180,23 +131,6 @@ func (r *logRecorder) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.buf.String()
-}
-
-// noDeliveryFor asserts that id is never delivered during d, long enough
-// for several of the test broker's 1 s check-back rounds.
-func noDeliveryFor(t *testing.T, o *observer, id string, d time.Duration) {
-	t.Helper()
-	require.Never(t, func() bool { return o.count(id) > 0 }, d, 100*time.Millisecond,
-		fmt.Sprintf("message %s must never be delivered", id))
-}
-
-// deliveredOnce waits for id's delivery and then checks it stays single.
-func deliveredOnce(t *testing.T, o *observer, id string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return o.count(id) > 0 }, 60*time.Second, 50*time.Millisecond,
-		"message %s was not delivered", id)
-	require.Never(t, func() bool { return o.count(id) > 1 }, 3*time.Second, 100*time.Millisecond,
-		"message %s delivered more than once", id)
 }
 
 // pointHook runs functions at two points of a transactional send: after the

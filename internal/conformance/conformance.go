@@ -7,18 +7,12 @@ package conformance
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
-	rmq "github.com/apache/rocketmq-client-go/v2"
-	"github.com/apache/rocketmq-client-go/v2/consumer"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -58,7 +52,7 @@ func (Row) TableName() string { return "conformance_rows" }
 func Run(t *testing.T, f Features, setup Setup) {
 	cases := []struct {
 		name string
-		fn   func(t *testing.T, f Features, e Env, o *observer)
+		fn   func(t *testing.T, f Features, e Env, o *testbed.Observer)
 	}{
 		{"CommitDeliversOnce", commitDeliversOnce},
 		{"TypedProducerRoundTrip", typedRoundTrip},
@@ -72,7 +66,7 @@ func Run(t *testing.T, f Features, setup Setup) {
 			t.Parallel()
 			e := setup(t)
 			require.NoError(t, e.DB.AutoMigrate(&Row{}))
-			o := observe(t, e.Topic)
+			o := testbed.Observe(t, e.Topic, nil)
 			c.fn(t, f, e, o)
 		})
 	}
@@ -91,7 +85,7 @@ func rows(t *testing.T, e Env) int64 {
 	return n
 }
 
-func commitDeliversOnce(t *testing.T, f Features, e Env, o *observer) {
+func commitDeliversOnce(t *testing.T, f Features, e Env, o *testbed.Observer) {
 	msg := &txmsg.Message{Topic: e.Topic, Tag: "created", Keys: []string{"order-1"}, Body: []byte(`{"n":1}`),
 		Properties: map[string]string{"origin": "conformance"}}
 	receipt, err := e.Transactor.Transact(context.Background(), msg, insertRow("commit"))
@@ -103,8 +97,8 @@ func commitDeliversOnce(t *testing.T, f Features, e Env, o *observer) {
 		require.NotEmpty(t, receipt.BrokerMessageID)
 	}
 	require.EqualValues(t, 1, rows(t, e))
-	o.deliveredOnce(t, msg.ID)
-	got := o.first(msg.ID)
+	o.DeliveredOnce(t, msg.ID)
+	got := o.First(msg.ID)
 	require.Equal(t, msg.Body, got.Body)
 	require.Equal(t, "created", got.GetTags())
 	require.Contains(t, got.GetKeys(), "order-1")
@@ -116,20 +110,20 @@ type orderCreated struct {
 	Qty     int    `json:"qty"`
 }
 
-func typedRoundTrip(t *testing.T, _ Features, e Env, o *observer) {
+func typedRoundTrip(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	p, err := txmsg.NewProducer(e.Transactor, txmsg.Topic[orderCreated]{Name: e.Topic})
 	require.NoError(t, err)
 	evt := orderCreated{OrderID: "o-9", Qty: 3}
 	receipt, err := p.Send(context.Background(), evt, insertRow("typed"), txmsg.WithShardingKey("user-9"))
 	require.NoError(t, err)
-	o.deliveredOnce(t, receipt.ID)
-	got, err := txmsg.JSONCodec[orderCreated]{}.Decode(o.first(receipt.ID).Body)
+	o.DeliveredOnce(t, receipt.ID)
+	got, err := txmsg.JSONCodec[orderCreated]{}.Decode(o.First(receipt.ID).Body)
 	require.NoError(t, err)
 	require.Equal(t, evt, got)
-	require.Equal(t, "user-9", o.first(receipt.ID).GetProperty(txmsg.PropertyShardingKey))
+	require.Equal(t, "user-9", o.First(receipt.ID).GetProperty(txmsg.PropertyShardingKey))
 }
 
-func localErrorDeliversNothing(t *testing.T, _ Features, e Env, o *observer) {
+func localErrorDeliversNothing(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	boom := errors.New("declined")
 	msg := &txmsg.Message{Topic: e.Topic, Body: []byte(`{}`)}
 	receipt, err := e.Transactor.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
@@ -143,10 +137,10 @@ func localErrorDeliversNothing(t *testing.T, _ Features, e Env, o *observer) {
 		require.Equal(t, txmsg.StateRolledBack, receipt.State)
 	}
 	require.Zero(t, rows(t, e))
-	o.neverDelivered(t, msg.ID)
+	o.NeverDelivered(t, msg.ID, 4*time.Second)
 }
 
-func localPanicDeliversNothing(t *testing.T, _ Features, e Env, o *observer) {
+func localPanicDeliversNothing(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	msg := &txmsg.Message{Topic: e.Topic, Body: []byte(`{}`)}
 	_, err := e.Transactor.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
 		_ = insertRow("panic")(ctx, tx)
@@ -161,11 +155,11 @@ func localPanicDeliversNothing(t *testing.T, _ Features, e Env, o *observer) {
 	next := &txmsg.Message{Topic: e.Topic, Body: []byte(`{}`)}
 	_, err = e.Transactor.Transact(context.Background(), next, insertRow("after panic"))
 	require.NoError(t, err)
-	o.deliveredOnce(t, next.ID)
-	require.Zero(t, o.count(msg.ID))
+	o.DeliveredOnce(t, next.ID)
+	require.Zero(t, o.Count(msg.ID))
 }
 
-func badInput(t *testing.T, _ Features, e Env, o *observer) {
+func badInput(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	ran := false
 	local := func(ctx context.Context, tx *gorm.DB) error { ran = true; return insertRow("bad")(ctx, tx) }
 	cancelled, cancel := context.WithCancel(context.Background())
@@ -191,86 +185,16 @@ func badInput(t *testing.T, _ Features, e Env, o *observer) {
 	}
 	require.False(t, ran, "local must not run for a rejected message")
 	require.Zero(t, rows(t, e))
-	o.noDeliveries(t)
+	o.NoDeliveries(t, 3*time.Second)
 }
 
-func duplicateID(t *testing.T, _ Features, e Env, o *observer) {
+func duplicateID(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	id := txmsg.NewID()
 	_, err := e.Transactor.Transact(context.Background(), &txmsg.Message{ID: id, Topic: e.Topic, Body: []byte(`1`)}, insertRow("first"))
 	require.NoError(t, err)
 	_, err = e.Transactor.Transact(context.Background(), &txmsg.Message{ID: id, Topic: e.Topic, Body: []byte(`2`)}, insertRow("second"))
 	require.ErrorIs(t, err, txmsg.ErrDuplicateID)
 	require.EqualValues(t, 1, rows(t, e), "the second transaction rolled back")
-	o.deliveredOnce(t, id)
-	require.Equal(t, []byte(`1`), o.first(id).Body)
-}
-
-// observer records every delivery of a topic by txmsg ID through a plain
-// push consumer.
-type observer struct {
-	mu   sync.Mutex
-	seen map[string][]*primitive.MessageExt
-	all  int
-}
-
-func observe(t *testing.T, topic string) *observer {
-	t.Helper()
-	rmqlog.Install(slog.Default(), slog.LevelError)
-	o := &observer{seen: map[string][]*primitive.MessageExt{}}
-	c, err := rmq.NewPushConsumer(
-		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{testbed.NameServer()})),
-		consumer.WithGroupName(testbed.Name(t, "conf")),
-		consumer.WithInstance(testbed.Name(t, "conf")),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-	)
-	require.NoError(t, err)
-	require.NoError(t, c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		for _, m := range msgs {
-			id := m.GetProperty(txmsg.PropertyID)
-			o.seen[id] = append(o.seen[id], m)
-			o.all++
-		}
-		return consumer.ConsumeSuccess, nil
-	}))
-	require.NoError(t, c.Start())
-	t.Cleanup(func() { _ = c.Shutdown() })
-	return o
-}
-
-func (o *observer) count(id string) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.seen[id])
-}
-
-func (o *observer) first(id string) *primitive.MessageExt {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.seen[id][0]
-}
-
-func (o *observer) total() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.all
-}
-
-func (o *observer) deliveredOnce(t *testing.T, id string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return o.count(id) > 0 }, 60*time.Second, 50*time.Millisecond, "%s not delivered", id)
-	require.Never(t, func() bool { return o.count(id) > 1 }, 2*time.Second, 100*time.Millisecond, "%s delivered twice", id)
-}
-
-// neverDelivered waits through several of the test broker's 1 s check-back
-// rounds (and relay polls) and asserts id never arrived.
-func (o *observer) neverDelivered(t *testing.T, id string) {
-	t.Helper()
-	require.Never(t, func() bool { return o.count(id) > 0 }, 4*time.Second, 100*time.Millisecond, "%s must not be delivered", id)
-}
-
-func (o *observer) noDeliveries(t *testing.T) {
-	t.Helper()
-	require.Never(t, func() bool { return o.total() > 0 }, 3*time.Second, 100*time.Millisecond, "nothing may be delivered")
+	o.DeliveredOnce(t, id)
+	require.Equal(t, []byte(`1`), o.First(id).Body)
 }

@@ -5,6 +5,10 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
 )
 
 // Proxy is a TCP proxy on loopback that a test can cut and restore, to make
@@ -106,4 +110,29 @@ func (p *Proxy) close() {
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
+}
+
+// ProxiedDB opens dsn through a new Proxy, with short driver timeouts, so
+// the test can cut this handle's database connections while others keep
+// working.
+func ProxiedDB(t testing.TB, dsn string) (*Proxy, *gorm.DB) {
+	t.Helper()
+	QuietClientLogs()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("proxied DB: %v", err)
+	}
+	p := NewProxy(t, cfg.Addr)
+	cfg.Addr = p.Addr()
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
+	db, err := Open(cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("proxied DB: %v", err)
+	}
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			_ = s.Close()
+		}
+	})
+	return p, db
 }

@@ -1,0 +1,209 @@
+package rocketmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"unsafe"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// routeProber is the part of the client's name-server registry that
+// health checks use. Neither method has internal types in its signature,
+// so an ordinary interface assertion reaches them.
+type routeProber interface {
+	// FetchSubscribeMessageQueues asks the name servers for topic's
+	// route, bypassing the client's cache.
+	FetchSubscribeMessageQueues(topic string) ([]*primitive.MessageQueue, error)
+	// FindBrokerAddrByName returns the master address of a broker the
+	// client has learnt of, or "".
+	FindBrokerAddrByName(brokerName string) string
+}
+
+// nameServersOf returns the name-server registry of the client behind
+// component, a pointer to the client's producer or consumer struct, whose
+// field "client" holds the client (directly, or promoted from an embedded
+// struct). Like warmRoutes it reaches into the pinned client version by
+// reflection and reports an error when the fields are not there.
+func nameServersOf(component any) (rp routeProber, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			rp, err = nil, fmt.Errorf("cannot reach the client's name servers: %v", v)
+		}
+	}()
+	v := reflect.ValueOf(component)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, errors.New("unexpected client component type")
+	}
+	f := v.Elem().FieldByName("client")
+	if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
+		return nil, errors.New("client component has no client field")
+	}
+	client := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Elem()
+	get := client.MethodByName("GetNameSrv")
+	if !get.IsValid() || get.Type().NumIn() != 0 || get.Type().NumOut() != 1 {
+		return nil, errors.New("client has no GetNameSrv()")
+	}
+	rp, ok := get.Call(nil)[0].Interface().(routeProber)
+	if !ok {
+		return nil, errors.New("name-server registry lacks FetchSubscribeMessageQueues/FindBrokerAddrByName")
+	}
+	return rp, nil
+}
+
+// probeRoutes checks that the name servers route every topic and that the
+// brokers serving them accept TCP connections. topics are the names the
+// broker knows (with the namespace).
+func probeRoutes(ctx context.Context, rp routeProber, topics []string) error {
+	var d net.Dialer
+	for _, topic := range topics {
+		mqs, err := fetchRoute(ctx, rp, topic)
+		if err != nil {
+			return fmt.Errorf("route of topic %q: %w", topic, err)
+		}
+		if len(mqs) == 0 {
+			return fmt.Errorf("route of topic %q: no readable queues", topic)
+		}
+		dialed := map[string]bool{}
+		for _, mq := range mqs {
+			addr := rp.FindBrokerAddrByName(mq.BrokerName)
+			if addr == "" || dialed[addr] {
+				continue // not learnt yet: the route query above reached the cluster
+			}
+			dialed[addr] = true
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return fmt.Errorf("broker %s (%s) of topic %q: %w", mq.BrokerName, addr, topic, err)
+			}
+			_ = conn.Close()
+		}
+	}
+	return nil
+}
+
+// fetchRoute queries one topic's route. The client's call takes no
+// context; when ctx ends first, its answer is dropped.
+func fetchRoute(ctx context.Context, rp routeProber, topic string) ([]*primitive.MessageQueue, error) {
+	type result struct {
+		mqs []*primitive.MessageQueue
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		mqs, err := rp.FetchSubscribeMessageQueues(topic)
+		done <- result{mqs, err}
+	}()
+	select {
+	case r := <-done:
+		return r.mqs, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pingDB checks that db answers.
+func pingDB(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// brokerTopic is topic's name on the broker, with the namespace.
+func (c *Config) brokerTopic(topic string) string {
+	if c.Namespace != "" {
+		return c.Namespace + "%" + topic
+	}
+	return topic
+}
+
+// Health reports whether the producer can do its work now: it is started
+// and not closed, its database answers, and the name servers route every
+// topic of TransactionalConfig.Topics to a broker that accepts
+// connections. It returns nil when healthy; the error names the failing
+// part. It is meant for readiness probes: it makes one name-server query
+// per topic and one connection per broker, bounded by ctx.
+func (t *Transactional) Health(ctx context.Context) error {
+	t.mu.RLock()
+	started, closed := t.started, t.closed
+	t.mu.RUnlock()
+	switch {
+	case closed:
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrClosed)
+	case !started:
+		return fmt.Errorf("rocketmq: transactional producer of group %q is not started", t.cfg.Group)
+	}
+	if err := pingDB(ctx, t.db); err != nil {
+		return fmt.Errorf("rocketmq: transactional producer of group %q: database: %w", t.cfg.Group, err)
+	}
+	if len(t.cfg.Topics) == 0 {
+		return nil
+	}
+	rp, err := t.nameServers()
+	if err != nil {
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
+	}
+	topics := make([]string, len(t.cfg.Topics))
+	for i, topic := range t.cfg.Topics {
+		topics[i] = t.cfg.brokerTopic(topic)
+	}
+	if err := probeRoutes(ctx, rp, topics); err != nil {
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
+	}
+	return nil
+}
+
+// nameServers returns the registry behind the transaction producer's
+// inner producer.
+func (t *Transactional) nameServers() (routeProber, error) {
+	v := reflect.ValueOf(t.prod)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, errors.New("unexpected transaction producer type")
+	}
+	dp := v.Elem().FieldByName("producer")
+	if !dp.IsValid() || dp.Kind() != reflect.Pointer || dp.IsNil() {
+		return nil, errors.New("transaction producer has no producer field")
+	}
+	return nameServersOf(reflect.NewAt(dp.Type(), unsafe.Pointer(dp.UnsafeAddr())).Elem().Interface())
+}
+
+// Health reports whether the consumer can do its work now: it is started
+// and not closed, the inbox's database answers ([txmsg.Inbox.Ping]), and
+// the name servers route every subscribed topic to a broker that accepts
+// connections. It returns nil when healthy; the error names the failing
+// part. Bounded by ctx; meant for readiness probes.
+func (c *Consumer) Health(ctx context.Context) error {
+	c.mu.RLock()
+	started, closed, startErr := c.started, c.closed, c.startErr
+	c.mu.RUnlock()
+	switch {
+	case closed:
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, txmsg.ErrClosed)
+	case startErr != nil:
+		return startErr
+	case !started:
+		return fmt.Errorf("rocketmq: consumer of group %q is not started", c.cfg.Group)
+	}
+	if err := c.inbox.Ping(ctx); err != nil {
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
+	}
+	rp, err := nameServersOf(c.pc)
+	if err != nil {
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
+	}
+	topics := make([]string, len(c.routes))
+	for i, r := range c.routes {
+		topics[i] = c.cfg.brokerTopic(r.Topic())
+	}
+	if err := probeRoutes(ctx, rp, topics); err != nil {
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
+	}
+	return nil
+}
