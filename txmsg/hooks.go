@@ -12,7 +12,9 @@ import (
 // never block. A panicking hook is recovered and ignored.
 //
 // Metrics and tracing live in optional packages built on these
-// interfaces, so the core imports neither Prometheus nor OpenTelemetry.
+// interfaces, each a Go module of its own (adapters/prometheus,
+// adapters/otel), so the core imports neither Prometheus nor
+// OpenTelemetry.
 type Hook any
 
 // HookBeforeSend is called by both modes' Transact before the message is

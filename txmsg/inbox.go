@@ -54,7 +54,8 @@ type InboxConfig struct {
 	// DeadLetterTable is the table of parked messages. Default
 	// [DefaultDeadLetterTable].
 	DeadLetterTable string
-	// Logger receives warnings; nil means slog.Default().
+	// Logger receives the inbox's logs (duplicates skipped, at debug
+	// level); nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks observe every message processed through this inbox
 	// (HookBeforeHandle, HookConsumed). Optional.
@@ -118,7 +119,8 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, logger: cfg.Logger, hooks: cfg.Hooks}, nil
+	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: cfg.Hooks,
+		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
 // Migrate creates or updates the inbox and dead-letter tables.
@@ -135,6 +137,16 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 
 // Tables returns the inbox and dead-letter table names.
 func (in *Inbox) Tables() (inbox, deadLetter string) { return in.table, in.dead }
+
+// Ping reports whether the inbox's database answers and its table can be
+// read. Consumers' health checks use it.
+func (in *Inbox) Ping(ctx context.Context) error {
+	var ids []int64
+	if err := in.db.WithContext(ctx).Table(in.table).Limit(1).Pluck("id", &ids).Error; err != nil {
+		return fmt.Errorf("txmsg: inbox %s: %w", in.table, err)
+	}
+	return nil
+}
 
 var errAlreadyHandled = errors.New("txmsg: already handled")
 
@@ -160,6 +172,7 @@ func (in *Inbox) Run(ctx context.Context, group, topic, key string, fn func(ctx 
 	case err == nil:
 		return OutcomeHandled, nil
 	case errors.Is(err, errAlreadyHandled):
+		in.logger.Debug("already handled; skipping", "group", group, "txmsg_id", key, "topic", topic, "state", OutcomeDuplicate.String())
 		return OutcomeDuplicate, nil
 	default:
 		return 0, err

@@ -143,6 +143,11 @@ type RelayConfig struct {
 	// between writers and relays. Default 100 ms.
 	SettleDelay time.Duration
 
+	// MaxLag is the age of the oldest pending row above which
+	// [Relay.Health] reports [ErrLagging]. Default 5 min; negative turns
+	// the lag check off.
+	MaxLag time.Duration
+
 	// Logger receives the relay's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks observe published batches (txmsg.HookRelayBatch). Optional.
@@ -196,6 +201,7 @@ func (c *RelayConfig) validate() error {
 	setDefault(&c.Buckets, DefaultBuckets)
 	setDefault(&c.LeaseTTL, 10*time.Second)
 	setDefault(&c.SettleDelay, 100*time.Millisecond)
+	setDefault(&c.MaxLag, 5*time.Minute)
 	if c.MaxBackoff < c.MinBackoff {
 		return fmt.Errorf("%w: relay: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
 	}

@@ -83,6 +83,7 @@ func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 		return 0, fmt.Errorf("outbox: requeue in %s: %w", o.cfg.Table, res.Error)
 	}
 	if res.RowsAffected > 0 {
+		o.log.Info("requeued dead rows", "rows", res.RowsAffected, "txmsg_ids", ids, "state", StatusPending)
 		o.Notify()
 	}
 	return res.RowsAffected, nil

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
@@ -67,6 +68,9 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	case err == nil:
 		receipt.State = txmsg.StateCommitted
 		o.Notify()
+		if o.log.Enabled(ctx, slog.LevelDebug) {
+			o.log.Debug("message committed to the outbox", "txmsg_id", msg.ID, "topic", msg.Topic, "state", StatusPending)
+		}
 		return receipt, nil
 	case committing:
 		receipt.State = txmsg.StateUnknown

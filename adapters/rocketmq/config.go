@@ -111,6 +111,21 @@ func (c *Config) credentials() primitive.Credentials {
 	return primitive.Credentials{AccessKey: c.AccessKey, SecretKey: c.SecretKey, SecurityToken: c.SecurityToken}
 }
 
+// LogValue implements slog.LogValuer: the config without its
+// credentials, whichever handler formats it.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("name_servers", strings.Join(c.NameServers, ",")),
+		slog.String("group", c.Group),
+		slog.String("namespace", c.Namespace),
+		slog.Bool("acl", c.AccessKey != ""),
+		slog.Bool("tls", c.TLS),
+	)
+}
+
+// GoString is String, so that %#v does not print the credentials either.
+func (c Config) GoString() string { return c.String() }
+
 // String describes the config without its secrets.
 func (c Config) String() string {
 	ak := ""

@@ -150,6 +150,7 @@ func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) 
 		}
 		seen[r.Topic()] = true
 	}
+	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	pc, err := rmq.NewPushConsumer(consumerOptions(&cfg)...)
 	if err != nil {

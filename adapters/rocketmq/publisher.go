@@ -61,6 +61,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			return nil, fmt.Errorf("%w: publisher: %w", txmsg.ErrInvalidConfig, err)
 		}
 	}
+	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	opts := producerOptions(&cfg.Config, "pub")
 	p, err := rmq.NewProducer(opts...)

@@ -96,6 +96,7 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 			s.groups[cfg.Namespace+"%"+g] = true
 		}
 	}
+	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	opts := append(consumerOptions(&cc), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
 	pc, err := rmq.NewPushConsumer(opts...)
@@ -209,6 +210,7 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) bool {
 		log.Warn("discarded half message: barrier unreachable; will retry", "err", err)
 		return false
 	}
+	log = log.With("state", state.String())
 	if state != txmsg.StateCommitted {
 		log.Info("discarded half message was rolled back; dropping it")
 		return true

@@ -83,6 +83,7 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
 		}
 	}
+	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
 		closing: make(chan struct{}), released: make(chan struct{})}

@@ -1,0 +1,43 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLagging means the relays fall behind: the oldest pending row is older
+// than [RelayConfig.MaxLag]. The broker may be failing (rows back off), the
+// relays may be too few or stopped, or a row keeps failing until it is
+// dead.
+var ErrLagging = errors.New("outbox: relay is lagging")
+
+// Health reports whether the relay is keeping up: Run is running, the
+// database answers, and the oldest pending row of the table is at most
+// MaxLag old. It returns nil when healthy; otherwise an error naming the
+// failing part, wrapping [ErrLagging] for lag. It is meant for readiness
+// and liveness probes and costs one query over the pending rows, bounded
+// by ctx.
+//
+// Lag is measured over the whole table, so every relay of a table reports
+// it; a row held back by its own failures counts too, until it is dead.
+func (r *Relay) Health(ctx context.Context) error {
+	if !r.running.Load() {
+		return fmt.Errorf("outbox: relay %s is not running", r.cfg.Name)
+	}
+	var row struct{ Oldest sql.NullTime }
+	err := r.db.WithContext(ctx).Table(r.cfg.Table).Where("status = ?", StatusPending).
+		Select("MIN(created_at) AS oldest").Scan(&row).Error
+	if err != nil {
+		return fmt.Errorf("outbox: relay %s: database: %w", r.cfg.Name, err)
+	}
+	if r.cfg.MaxLag < 0 || !row.Oldest.Valid {
+		return nil
+	}
+	if lag := time.Since(row.Oldest.Time); lag > r.cfg.MaxLag {
+		return fmt.Errorf("%w: the oldest pending row of %s is %s old (MaxLag %s)", ErrLagging, r.cfg.Table, lag.Round(time.Second), r.cfg.MaxLag)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package rocketmq_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// TestTransactionalHealth checks Health through the producer's life and
+// for a topic the name servers do not route.
+func TestTransactionalHealth(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	db := testbed.DB(t)
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	log := slog.New(slog.DiscardHandler)
+	cfg := func(topics ...string) rocketmq.TransactionalConfig {
+		return rocketmq.TransactionalConfig{
+			Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log},
+			Topics: topics,
+		}
+	}
+
+	tr, err := rocketmq.NewTransactional(cfg(testbed.Topic(t)), db, chk)
+	require.NoError(t, err)
+	require.ErrorContains(t, tr.Health(ctx), "not started")
+	require.NoError(t, tr.Start(ctx))
+	require.NoError(t, tr.Health(ctx))
+	require.NoError(t, tr.Close(ctx))
+	require.ErrorIs(t, tr.Health(ctx), txmsg.ErrClosed)
+
+	missing := testbed.Name(t, "never_created")
+	tr, err = rocketmq.NewTransactional(cfg(missing), db, chk)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(ctx))
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	err = tr.Health(ctx)
+	require.ErrorContains(t, err, `route of topic "`+missing+`"`)
+}
+
+// TestConsumerHealth checks Health through the consumer's life and when
+// the inbox table is gone.
+func TestConsumerHealth(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(ctx))
+	type event struct{}
+	c, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
+		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: slog.New(slog.DiscardHandler)},
+	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil }))
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Health(ctx), "not started")
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.Health(ctx))
+
+	require.NoError(t, db.Migrator().DropTable(txmsg.DefaultInboxTable))
+	require.ErrorContains(t, c.Health(ctx), txmsg.DefaultInboxTable)
+	require.NoError(t, inbox.Migrate(ctx))
+	require.NoError(t, c.Health(ctx))
+
+	require.NoError(t, c.Close(ctx))
+	require.ErrorIs(t, c.Health(ctx), txmsg.ErrClosed)
+}
