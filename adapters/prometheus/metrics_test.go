@@ -1,0 +1,287 @@
+package prometheus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	txprom "github.com/txmsg/txmsg/adapters/prometheus"
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+type event struct {
+	N int `json:"n"`
+}
+
+// value returns the value of the series name{labels} in reg (counter,
+// gauge, or a histogram's sample count), or -1 when it does not exist.
+func value(t *testing.T, reg prom.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return sampleValue(m)
+		}
+	}
+	return -1
+}
+
+func sampleValue(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return -1
+}
+
+func names(t *testing.T, reg prom.Gatherer) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var out []string
+	for _, mf := range mfs {
+		out = append(out, mf.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestTransactionalAndConsumerMetrics drives the transactional mode and a
+// consumer through the real broker and database and watches the counters
+// move: half sends, local outcomes, a check-back, and consumer outcomes.
+func TestTransactionalAndConsumerMetrics(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	reg := prom.NewRegistry()
+	m := txprom.New(txprom.Config{ConstLabels: prom.Labels{"service": "test"}})
+	reg.MustRegister(m)
+
+	chk, err := checker.New(db, checker.Config{Logger: log})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	tr, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
+		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{m}},
+		Topics: []string{topic},
+	}, db, chk)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(ctx))
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+
+	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{Logger: log, Hooks: txmsg.Hooks{m}})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(ctx))
+	group := testbed.Name(t, "cg")
+	var handled atomic.Int32
+	cons, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
+		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: group, Logger: log},
+	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error {
+		handled.Add(1)
+		return nil
+	}))
+	require.NoError(t, err)
+	require.NoError(t, cons.Start(ctx))
+	t.Cleanup(func() { _ = cons.Close(context.Background()) })
+
+	producer, err := txmsg.NewProducer(tr, txmsg.Topic[event]{Name: topic})
+	require.NoError(t, err)
+	noop := func(context.Context, *gorm.DB) error { return nil }
+
+	committed, err := producer.Send(ctx, event{N: 1}, noop)
+	require.NoError(t, err)
+	_, err = producer.Send(ctx, event{N: 2}, func(context.Context, *gorm.DB) error { return errors.New("business rule") })
+	require.Error(t, err)
+
+	// A local transaction still running when the broker checks back: the
+	// producer answers UNKNOWN, and the transaction then commits.
+	slow, err := producer.Send(ctx, event{N: 3}, func(context.Context, *gorm.DB) error {
+		deadline := time.Now().Add(30 * time.Second)
+		for value(t, reg, "txmsg_checkbacks_total", "answer", "unknown") < 1 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+
+	require.Equal(t, 3.0, value(t, reg, "txmsg_half_sends_total", "topic", topic, "result", "ok"))
+	require.Equal(t, 3.0, value(t, reg, "txmsg_half_send_seconds", "topic", topic))
+	require.Equal(t, 2.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "state", "committed"))
+	require.Equal(t, 1.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "state", "rolled_back"))
+	require.GreaterOrEqual(t, value(t, reg, "txmsg_checkbacks_total", "answer", "unknown"), 1.0)
+	require.GreaterOrEqual(t, value(t, reg, "txmsg_checkback_seconds"), 1.0)
+
+	require.Eventually(t, func() bool {
+		return value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "outcome", "handled") == 2
+	}, 60*time.Second, 50*time.Millisecond, "both committed events are handled")
+	require.Equal(t, int32(2), handled.Load())
+
+	// The same event published again is a duplicate to the inbox.
+	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "plain"), Logger: log,
+	}})
+	require.NoError(t, err)
+	require.NoError(t, pub.Start(ctx))
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	require.NoError(t, pub.Publish(ctx, &txmsg.Message{ID: committed.ID, Topic: topic, Body: []byte(`{"n":1}`)}))
+	require.Eventually(t, func() bool {
+		return value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "outcome", "duplicate") == 1
+	}, 60*time.Second, 50*time.Millisecond, "the copy is counted as a duplicate")
+	require.Equal(t, int32(2), handled.Load())
+	require.Equal(t, 3.0, value(t, reg, "txmsg_consumer_handle_seconds", "group", group, "topic", topic))
+	require.NotEmpty(t, slow.ID)
+
+	for _, name := range names(t, reg) {
+		require.True(t, strings.HasPrefix(name, "txmsg_"), name)
+	}
+}
+
+// failingPublisher fails every message whose body says "fail".
+type failingPublisher struct{ inner txmsg.Publisher }
+
+func (p failingPublisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
+	errs := make([]error, len(msgs))
+	var ok []*txmsg.Message
+	var okIdx []int
+	for i, m := range msgs {
+		if string(m.Body) == `{"n":-1}` {
+			errs[i] = errors.New("refused by test")
+			continue
+		}
+		ok = append(ok, m)
+		okIdx = append(okIdx, i)
+	}
+	if len(ok) > 0 {
+		if err := p.inner.Publish(ctx, ok...); err != nil {
+			for _, i := range okIdx {
+				errs[i] = err
+			}
+		}
+	}
+	if len(ok) == len(msgs) {
+		return nil
+	}
+	return &txmsg.BatchError{Errs: errs}
+}
+
+// TestRelayAndOutboxCollector runs the local-table mode against the real
+// broker and database: the outbox collector sees the pending rows and
+// their age, the relay's batches are counted, and a failing row shows as a
+// failed message.
+func TestRelayAndOutboxCollector(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	reg := prom.NewRegistry()
+	m := txprom.New(txprom.Config{})
+	reg.MustRegister(m)
+
+	ob, err := outbox.New(db, outbox.Config{Logger: log, Hooks: txmsg.Hooks{m}})
+	require.NoError(t, err)
+	require.NoError(t, ob.Migrate(ctx))
+	oc, err := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table()})
+	require.NoError(t, err)
+	reg.MustRegister(oc)
+
+	producer, err := txmsg.NewProducer(ob, txmsg.Topic[event]{Name: topic})
+	require.NoError(t, err)
+	noop := func(context.Context, *gorm.DB) error { return nil }
+	for n := range 3 {
+		_, err := producer.Send(ctx, event{N: n}, noop)
+		require.NoError(t, err)
+	}
+	_, err = producer.Send(ctx, event{N: -1}, noop)
+	require.NoError(t, err)
+	require.Equal(t, 4.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "state", "committed"))
+	require.Equal(t, -1.0, value(t, reg, "txmsg_half_sends_total"), "no half sends in local-table mode")
+
+	require.Eventually(t, func() bool {
+		return value(t, reg, "txmsg_outbox_oldest_pending_age_seconds", "table", ob.Table()) > 0
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "txmsg_outbox_stats_up", "table", ob.Table()))
+	require.Equal(t, 4.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "pending"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent"))
+
+	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "relay"), Logger: log,
+	}, Topics: []string{topic}})
+	require.NoError(t, err)
+	require.NoError(t, pub.Start(ctx))
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	relay, err := outbox.NewRelay(db, failingPublisher{pub}, outbox.RelayConfig{
+		Outbox: ob, Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1, PollInterval: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	require.Eventually(t, func() bool {
+		return value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent") == 3 &&
+			value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "dead") == 1
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "pending"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_oldest_pending_age_seconds", "table", ob.Table()))
+	require.GreaterOrEqual(t, value(t, reg, "txmsg_relay_batches_total"), 1.0)
+	require.Equal(t, 3.0, value(t, reg, "txmsg_relay_messages_total", "result", "published"))
+	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_messages_total", "result", "failed"))
+	require.Equal(t, value(t, reg, "txmsg_relay_batches_total"), value(t, reg, "txmsg_relay_batch_size"))
+	require.Equal(t, value(t, reg, "txmsg_relay_batches_total"), value(t, reg, "txmsg_relay_publish_seconds"))
+}
+
+// TestOutboxCollectorReportsQueryFailure checks that a failing or slow
+// stats query yields txmsg_outbox_stats_up 0 and no stale gauges.
+func TestOutboxCollectorReportsQueryFailure(t *testing.T) {
+	t.Parallel()
+	reg := prom.NewRegistry()
+	oc, err := txprom.NewOutboxCollector(func(ctx context.Context) (txprom.OutboxStats, error) {
+		<-ctx.Done()
+		return txprom.OutboxStats{}, fmt.Errorf("stats: %w", ctx.Err())
+	}, txprom.OutboxConfig{Table: "orders_outbox", Timeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	reg.MustRegister(oc)
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_stats_up", "table", "orders_outbox"))
+	require.Equal(t, -1.0, value(t, reg, "txmsg_outbox_rows"))
+
+	_, err = txprom.NewOutboxCollector[txprom.OutboxStats](nil, txprom.OutboxConfig{})
+	require.Error(t, err)
+}
