@@ -1,0 +1,499 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/internal/store"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Kinds of dead messages.
+const (
+	kindOutbox   = "outbox"   // outbox rows that failed MaxAttempts times
+	kindConsumer = "consumer" // messages a consumer parked: their body could not be decoded
+)
+
+// deadCmd is what every dead subcommand parses.
+type deadCmd struct {
+	fs    *flag.FlagSet
+	c     *common
+	kind  string
+	group string
+	ids   []string
+}
+
+func newDeadCmd(e *env, name, usage string) *deadCmd {
+	fs, c := newFlags(e, "dead "+name, "dead "+name+" "+usage)
+	d := &deadCmd{fs: fs, c: c}
+	fs.StringVar(&d.kind, "kind", "", "outbox (dead outbox rows) or consumer (messages parked in the dead-letter table); required")
+	fs.StringVar(&d.group, "group", "", "consumer group (kind consumer): only its parked messages")
+	return d
+}
+
+func (d *deadCmd) parse(args []string) error {
+	ids, err := parse(d.fs, args)
+	if err != nil {
+		return err
+	}
+	d.ids = ids
+	switch d.kind {
+	case kindOutbox:
+		if d.group != "" {
+			return usageError("-group applies to -kind consumer only")
+		}
+	case kindConsumer:
+	case "":
+		return usageError("-kind is required: outbox or consumer")
+	default:
+		return usageError("-kind %q: want outbox or consumer", d.kind)
+	}
+	return nil
+}
+
+// open connects and checks that the kind's table exists.
+func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
+	k, err := d.c.open(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	if d.kind == kindOutbox {
+		err = k.need(ctx, k.ob.Table(), "outbox-table")
+	} else {
+		_, dl := k.inbox.Tables()
+		err = k.need(ctx, dl, "dead-letter-table")
+	}
+	if err != nil {
+		k.close()
+		return nil, err
+	}
+	return k, nil
+}
+
+// parked returns the parked messages with the given txmsg IDs (all when
+// ids is empty), of d.group when set, oldest first.
+func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.DeadLetter, error) {
+	_, table := k.inbox.Tables()
+	q := k.db.WithContext(ctx).Table(table)
+	if len(ids) > 0 {
+		q = q.Where("msg_id IN ?", ids)
+	}
+	if d.group != "" {
+		q = q.Where("consumer_group = ?", d.group)
+	}
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	var rows []txmsg.DeadLetter
+	if err := q.Order("id").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	return rows, nil
+}
+
+func cmdDeadList(ctx context.Context, e *env, args []string) error {
+	d := newDeadCmd(e, "list", "-kind outbox|consumer [flags]")
+	limit := d.fs.Int("limit", 100, "show at most this many, oldest first")
+	if err := d.parse(args); err != nil {
+		return err
+	}
+	if len(d.ids) > 0 {
+		return usageError("dead list takes no IDs; use dead show")
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
+	defer cancel()
+	k, err := d.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	if d.kind == kindOutbox {
+		rows, err := k.ob.Dead(ctx, *limit)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "MSG ID\tTOPIC\tATTEMPTS\tDIED AT\tLAST ERROR")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.MsgID, r.Topic, r.Attempts, r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(e.scrub(r.LastError), 80))
+		}
+		fmt.Fprintf(tw, "(%d dead row(s) shown)\n", len(rows))
+		return nil
+	}
+	rows, err := d.parked(ctx, k, nil, *limit)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(tw, "MSG ID\tGROUP\tTOPIC\tATTEMPT\tPARKED AT\tERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.MsgID, r.ConsumerGroup, r.Topic, r.Attempt, r.ParkedAt.UTC().Format(time.RFC3339), oneLine(e.scrub(r.Error), 80))
+	}
+	fmt.Fprintf(tw, "(%d parked message(s) shown)\n", len(rows))
+	return nil
+}
+
+func cmdDeadShow(ctx context.Context, e *env, args []string) error {
+	d := newDeadCmd(e, "show", "-kind outbox|consumer [flags] ID...")
+	if err := d.parse(args); err != nil {
+		return err
+	}
+	if len(d.ids) == 0 {
+		return usageError("dead show needs the txmsg IDs to show")
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
+	defer cancel()
+	k, err := d.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	found := map[string]bool{}
+	if d.kind == kindOutbox {
+		var rows []outbox.Row
+		if err := k.db.WithContext(ctx).Table(k.ob.Table()).Where("msg_id IN ?", d.ids).Order("id").Find(&rows).Error; err != nil {
+			return fmt.Errorf("read %s: %w", k.ob.Table(), err)
+		}
+		for _, r := range rows {
+			found[r.MsgID] = true
+			showFields(e, [][2]string{
+				{"msg_id", r.MsgID}, {"status", string(r.Status)}, {"topic", r.Topic}, {"tag", r.Tag},
+				{"keys", r.Keys}, {"sharding_key", r.ShardingKey}, {"attempts", fmt.Sprint(r.Attempts)},
+				{"created_at", stamp(r.CreatedAt)}, {"updated_at", stamp(r.UpdatedAt)}, {"next_attempt_at", stamp(r.NextAttemptAt)},
+				{"last_error", r.LastError}, {"properties", r.Properties},
+			}, r.Body)
+		}
+	} else {
+		rows, err := d.parked(ctx, k, d.ids, 0)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			found[r.MsgID] = true
+			showFields(e, [][2]string{
+				{"msg_id", r.MsgID}, {"group", r.ConsumerGroup}, {"broker_msg_id", r.BrokerMessageID}, {"topic", r.Topic},
+				{"tag", r.Tag}, {"keys", r.Keys}, {"attempt", fmt.Sprint(r.Attempt)}, {"parked_at", stamp(r.ParkedAt)},
+				{"error", r.Error}, {"properties", r.Properties},
+			}, r.Body)
+		}
+	}
+	return notFound(d.ids, found)
+}
+
+// notFound reports the IDs that found is missing.
+func notFound(ids []string, found map[string]bool) error {
+	var missing []string
+	for _, id := range ids {
+		if !found[id] && !slices.Contains(missing, id) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("not found: %s", strings.Join(missing, " "))
+	}
+	return nil
+}
+
+func showFields(e *env, fields [][2]string, body []byte) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	for _, f := range fields {
+		fmt.Fprintf(tw, "%s\t%s\n", f[0], e.scrub(f[1]))
+	}
+	_ = tw.Flush()
+	writeBody(e.stdout, body)
+	fmt.Fprintln(e.stdout)
+}
+
+// writeBody prints body as text when it is printable UTF-8, else as
+// base64.
+func writeBody(w io.Writer, body []byte) {
+	printable := utf8.Valid(body) && !strings.ContainsFunc(string(body), func(r rune) bool {
+		return !unicode.IsPrint(r) && !unicode.IsSpace(r)
+	})
+	if printable {
+		fmt.Fprintf(w, "body (%d bytes):\n%s\n", len(body), body)
+		return
+	}
+	fmt.Fprintf(w, "body (%d bytes, base64):\n%s\n", len(body), base64.StdEncoding.EncodeToString(body))
+}
+
+func cmdDeadRequeue(ctx context.Context, e *env, args []string) error {
+	d := newDeadCmd(e, "requeue", "-kind outbox|consumer [flags] ID...")
+	var pub publishFlags
+	pub.register(d.fs)
+	if err := d.parse(args); err != nil {
+		return err
+	}
+	if len(d.ids) == 0 {
+		return usageError("dead requeue needs the txmsg IDs to requeue")
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
+	defer cancel()
+	if d.kind == kindConsumer {
+		if err := pub.resolve(e); err != nil {
+			return err
+		}
+	}
+	k, err := d.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	if d.kind == kindOutbox {
+		return requeueOutbox(ctx, e, k, d.ids)
+	}
+	return requeueParked(ctx, e, k, d, &pub)
+}
+
+func requeueOutbox(ctx context.Context, e *env, k *conn, ids []string) error {
+	n, err := k.ob.Requeue(ctx, ids...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "requeued %d dead row(s) of %s; the relays publish them\n", n, k.ob.Table())
+	if int(n) == len(ids) {
+		return nil
+	}
+	var rows []outbox.Row
+	if err := k.db.WithContext(ctx).Table(k.ob.Table()).Select("msg_id", "status").Where("msg_id IN ?", ids).Find(&rows).Error; err != nil {
+		return fmt.Errorf("read %s: %w", k.ob.Table(), err)
+	}
+	status := map[string]outbox.Status{}
+	for _, r := range rows {
+		status[r.MsgID] = r.Status
+	}
+	var problems []string
+	for _, id := range ids {
+		switch s, ok := status[id]; {
+		case !ok:
+			problems = append(problems, id+" (not found)")
+		case s != outbox.StatusPending:
+			problems = append(problems, fmt.Sprintf("%s (%s)", id, s))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("not requeued: %s", strings.Join(problems, ", "))
+	}
+	return nil
+}
+
+// publishFlags are the broker settings of dead requeue -kind consumer.
+type publishFlags struct {
+	nameServers, group, namespace, accessKey, secretKey string
+}
+
+func (p *publishFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.nameServers, "namesrv", "", "kind consumer: RocketMQ name servers, comma separated (default $TXMSG_NAMESRV)")
+	fs.StringVar(&p.group, "producer-group", "txmsgctl", "kind consumer: producer group to publish with")
+	fs.StringVar(&p.namespace, "namespace", "", "kind consumer: RocketMQ namespace")
+	fs.StringVar(&p.accessKey, "access-key", "", "kind consumer: ACL access key (default $TXMSG_ACCESS_KEY)")
+	fs.StringVar(&p.secretKey, "secret-key", "", "kind consumer: ACL secret key (default $TXMSG_SECRET_KEY; prefer it: flags show in ps)")
+}
+
+func (p *publishFlags) resolve(e *env) error {
+	if p.nameServers == "" {
+		p.nameServers = e.getenv("TXMSG_NAMESRV")
+	}
+	if p.accessKey == "" {
+		p.accessKey = e.getenv("TXMSG_ACCESS_KEY")
+	}
+	if p.secretKey == "" {
+		p.secretKey = e.getenv("TXMSG_SECRET_KEY")
+	}
+	e.addSecret(p.secretKey)
+	e.addSecret(p.accessKey)
+	if p.nameServers == "" {
+		return usageError("-kind consumer republishes: pass -namesrv or set TXMSG_NAMESRV")
+	}
+	return nil
+}
+
+func (p *publishFlags) config(e *env, topics []string) rocketmq.PublisherConfig {
+	return rocketmq.PublisherConfig{
+		Config: rocketmq.Config{
+			NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }),
+			Group:       p.group,
+			Namespace:   p.namespace,
+			AccessKey:   p.accessKey,
+			SecretKey:   p.secretKey,
+			Logger:      e.log,
+			Retries:     1,
+		},
+		Topics: topics,
+	}
+}
+
+// requeueParked publishes each parked message again, once per txmsg ID
+// whatever the groups that parked it, then deletes its parked rows. Every
+// subscribed group receives it; those that handled it before drop it as a
+// duplicate.
+func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publishFlags) error {
+	rows, err := d.parked(ctx, k, d.ids, 0)
+	if err != nil {
+		return err
+	}
+	found := map[string]bool{}
+	var msgs []*txmsg.Message
+	var topics []string
+	for _, r := range rows {
+		if found[r.MsgID] {
+			continue
+		}
+		found[r.MsgID] = true
+		m, err := parkedMessage(r)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+		if !slices.Contains(topics, m.Topic) {
+			topics = append(topics, m.Topic)
+		}
+	}
+	if len(msgs) == 0 {
+		return notFound(d.ids, found)
+	}
+	pub, err := rocketmq.NewPublisher(pf.config(e, topics))
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if err := pub.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
+	_, table := k.inbox.Tables()
+	var errs []error
+	for _, m := range msgs {
+		if err := pub.Publish(ctx, m); err != nil {
+			errs = append(errs, fmt.Errorf("republish %s to %s: %w", m.ID, m.Topic, err))
+			continue
+		}
+		q := k.db.WithContext(ctx).Table(table).Where("msg_id = ?", m.ID)
+		if d.group != "" {
+			q = q.Where("consumer_group = ?", d.group)
+		}
+		res := q.Delete(map[string]any{})
+		if res.Error != nil {
+			errs = append(errs, fmt.Errorf("%s was republished to %s, but deleting its parked row failed: %w", m.ID, m.Topic, res.Error))
+			continue
+		}
+		fmt.Fprintf(e.stdout, "republished %s to %s; deleted %d parked row(s)\n", m.ID, m.Topic, res.RowsAffected)
+	}
+	return errors.Join(append(errs, notFound(d.ids, found))...)
+}
+
+// parkedMessage rebuilds the message a parked row holds, with its txmsg
+// ID, so the inbox still dedupes it.
+func parkedMessage(r txmsg.DeadLetter) (*txmsg.Message, error) {
+	m := &txmsg.Message{ID: r.MsgID, Topic: r.Topic, Tag: r.Tag, Keys: strings.Fields(r.Keys), Body: r.Body}
+	if r.Properties != "" && r.Properties != "{}" && r.Properties != "null" {
+		var props map[string]string
+		if err := json.Unmarshal([]byte(r.Properties), &props); err != nil {
+			return nil, fmt.Errorf("parked message %s has unreadable properties: %w", r.MsgID, err)
+		}
+		for k, v := range props {
+			if !txmsg.ReservedProperty(k) {
+				if m.Properties == nil {
+					m.Properties = map[string]string{}
+				}
+				m.Properties[k] = v
+			}
+		}
+	}
+	return m, nil
+}
+
+func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
+	d := newDeadCmd(e, "purge", "-kind outbox|consumer [flags] (-older-than D | ID...)")
+	olderThan := d.fs.Duration("older-than", 0, "delete those that died or were parked more than this long ago (0s: all of them)")
+	batch := d.fs.Int("batch", 1000, "rows deleted per statement")
+	if err := d.parse(args); err != nil {
+		return err
+	}
+	byAge := false
+	d.fs.Visit(func(f *flag.Flag) { byAge = byAge || f.Name == "older-than" })
+	switch {
+	case byAge == (len(d.ids) > 0):
+		return usageError("dead purge needs either -older-than or IDs (-older-than 0s deletes every one)")
+	case *olderThan < 0:
+		return usageError("-older-than must not be negative")
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
+	defer cancel()
+	k, err := d.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	var n int64
+	var what string
+	if d.kind == kindOutbox {
+		what = "dead row(s) from " + k.ob.Table()
+		if byAge {
+			n, err = k.ob.PurgeDead(ctx, *olderThan, *batch)
+		} else {
+			res := k.db.WithContext(ctx).Table(k.ob.Table()).Where("status = ? AND msg_id IN ?", outbox.StatusDead, d.ids).Delete(map[string]any{})
+			n, err = res.RowsAffected, res.Error
+		}
+	} else {
+		_, table := k.inbox.Tables()
+		what = "parked message(s) from " + table
+		n, err = purgeParked(ctx, k.db, table, d.group, d.ids, *olderThan, *batch)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "deleted %d %s\n", n, what)
+	return nil
+}
+
+// purgeParked deletes parked messages by txmsg ID, or by age when ids is
+// empty, of group when set.
+func purgeParked(ctx context.Context, db *gorm.DB, table, group string, ids []string, olderThan time.Duration, batch int) (int64, error) {
+	var where []clause.Expression
+	if group != "" {
+		where = append(where, clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group})
+	}
+	if len(ids) == 0 {
+		return store.PurgeBefore(ctx, db, table, "id", "parked_at", time.Now().UTC().Add(-olderThan), batch, where...)
+	}
+	q := db.WithContext(ctx).Table(table).Where("msg_id IN ?", ids)
+	for _, w := range where {
+		q = q.Where(w)
+	}
+	res := q.Delete(map[string]any{})
+	return res.RowsAffected, res.Error
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// oneLine cuts s to its first line and at most n runes.
+func oneLine(s string, n int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,187 @@
+// Command txmsgctl administers txmsg's tables: it creates them, reports
+// their state, inspects and requeues dead messages, and applies retention.
+//
+//	txmsgctl migrate                     create the barrier, inbox, dead-letter and outbox tables
+//	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
+//	txmsgctl dead list    -kind outbox|consumer
+//	txmsgctl dead show    -kind outbox|consumer ID...
+//	txmsgctl dead requeue -kind outbox|consumer ID...
+//	txmsgctl dead purge   -kind outbox|consumer (-older-than D | ID...)
+//	txmsgctl purge                       apply retention now
+//
+// The database is -dsn or $TXMSG_DSN, a go-sql-driver/mysql DSN. Its
+// password is never printed. Run "txmsgctl help" for every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+func main() {
+	// The MySQL driver logs connection trouble through its own global
+	// logger; txmsgctl reports errors itself.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// errUsage marks errors in the command line: they exit with exitUsage.
+// errFlags is one the flag package has reported already.
+var (
+	errUsage = errors.New("usage")
+	errFlags = fmt.Errorf("%w: bad flags", errUsage)
+)
+
+// usageErr is a command-line mistake; it matches errUsage.
+type usageErr struct{ msg string }
+
+func (e usageErr) Error() string      { return e.msg }
+func (usageErr) Is(target error) bool { return target == errUsage }
+
+// usageError returns a usageErr.
+func usageError(format string, args ...any) error {
+	return usageErr{msg: fmt.Sprintf(format, args...)}
+}
+
+const usageText = `txmsgctl administers txmsg's tables.
+
+Usage:
+  txmsgctl migrate [flags]
+      Create or update the barrier, inbox, dead-letter and outbox tables
+      (-only barrier,inbox,outbox picks some).
+  txmsgctl stats [flags] [-json]
+      Outbox rows by status and the oldest pending row's age; barrier rows
+      by state; inbox rows and parked messages by consumer group.
+  txmsgctl dead list    -kind outbox|consumer [-group G] [-limit N]
+  txmsgctl dead show    -kind outbox|consumer [-group G] ID...
+  txmsgctl dead requeue -kind outbox ID...
+      Make dead outbox rows pending again; the relays publish them.
+  txmsgctl dead requeue -kind consumer -namesrv HOST:PORT [-group G] ID...
+      Publish parked messages again with their txmsg ID, then delete them.
+  txmsgctl dead purge   -kind outbox|consumer [-group G] (-older-than D | ID...)
+      Delete dead outbox rows or parked messages, by age or by ID.
+  txmsgctl purge [flags]
+      Apply retention now: sent outbox rows, barrier rows and inbox rows
+      older than their ages (and, when asked, dead rows and parked
+      messages).
+
+IDs are txmsg IDs (msg_id). Flags may come before or after the IDs.
+Run "txmsgctl COMMAND -h" for a command's flags.
+
+Environment:
+  TXMSG_DSN         the database, as -dsn (user:password@tcp(host:port)/dbname)
+  TXMSG_NAMESRV     RocketMQ name servers, as -namesrv
+  TXMSG_ACCESS_KEY  RocketMQ ACL access key (dead requeue -kind consumer)
+  TXMSG_SECRET_KEY  RocketMQ ACL secret key
+
+Exit status: 0 success, 1 failure, 2 bad command line.
+`
+
+// run is the whole program: it parses args, runs one command and returns
+// the exit status. Output goes to stdout, errors and logs to stderr;
+// neither ever carries the DSN's password or the ACL secret key.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	e := &env{stdout: stdout, stderr: stderr, getenv: getenv}
+	err := dispatch(ctx, e, args)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errFlags):
+		return exitUsage // the flag package has printed the error and the usage
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "txmsgctl:", e.scrub(err.Error()))
+		fmt.Fprintln(stderr, `run "txmsgctl help" for usage`)
+		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "txmsgctl:", e.scrub(err.Error()))
+		return exitError
+	}
+}
+
+func dispatch(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usageText)
+		return usageError("no command")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(e.stdout, usageText)
+		return nil
+	case "migrate":
+		return cmdMigrate(ctx, e, rest)
+	case "stats":
+		return cmdStats(ctx, e, rest)
+	case "purge":
+		return cmdPurge(ctx, e, rest)
+	case "dead":
+		if len(rest) == 0 {
+			return usageError("dead needs a subcommand: list, show, requeue or purge")
+		}
+		switch rest[0] {
+		case "list":
+			return cmdDeadList(ctx, e, rest[1:])
+		case "show":
+			return cmdDeadShow(ctx, e, rest[1:])
+		case "requeue":
+			return cmdDeadRequeue(ctx, e, rest[1:])
+		case "purge":
+			return cmdDeadPurge(ctx, e, rest[1:])
+		default:
+			return usageError("unknown dead subcommand %q: want list, show, requeue or purge", rest[0])
+		}
+	default:
+		return usageError("unknown command %q", cmd)
+	}
+}
+
+// env is what a command writes to and reads from.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	log            *slog.Logger
+	// secrets are scrubbed from every error and log line.
+	secrets []string
+}
+
+// parse parses args into fs, allowing flags after positional arguments,
+// and returns the positional ones.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errFlags
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txmsg/txmsg/checker"
+)
+
+// minInboxAge is the youngest inbox row purge deletes: RocketMQ's
+// redelivery horizon (16 retries on the default schedule span 4 h 46 min)
+// with margin. A younger row's message could still be redelivered, and
+// its handler would run again.
+const minInboxAge = 5 * time.Hour
+
+func cmdPurge(ctx context.Context, e *env, args []string) error {
+	fs, c := newFlags(e, "purge", "purge [flags]")
+	sent := fs.Duration("sent-older-than", 24*time.Hour, "delete sent outbox rows published longer ago than this; negative skips")
+	barrier := fs.Duration("barrier-older-than", 24*time.Hour, "delete barrier rows older than this (at least -check-window); negative skips")
+	window := fs.Duration("check-window", checker.DefaultCheckWindow, "the broker's whole check-back window; barrier rows younger than this are never deleted")
+	inbox := fs.Duration("inbox-older-than", 72*time.Hour, fmt.Sprintf("delete inbox rows handled longer ago than this (at least %s, the broker's redelivery horizon); negative skips", minInboxAge))
+	dead := fs.Duration("dead-older-than", -1, "also delete dead outbox rows that died longer ago than this; negative (the default) skips")
+	parked := fs.Duration("dead-letters-older-than", -1, "also delete parked messages parked longer ago than this; negative (the default) skips")
+	batch := fs.Int("batch", 1000, "rows deleted per statement")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("purge takes no arguments, got %q", pos)
+	}
+	if *inbox >= 0 && *inbox < minInboxAge {
+		return usageError("-inbox-older-than %s is inside the broker's redelivery horizon; use at least %s", *inbox, minInboxAge)
+	}
+	if *window <= 0 || *batch <= 0 {
+		return usageError("-check-window and -batch must be positive")
+	}
+	if *barrier >= 0 && *barrier < *window {
+		// Checked here too, so that nothing is purged before the refusal.
+		return usageError("-barrier-older-than %s is inside the broker's check window (%s): %v", *barrier, *window, checker.ErrCutoffInWindow)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	k, err := c.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	chk, err := checker.New(k.db, checker.Config{Table: c.barrierTable, CheckWindow: *window, Logger: e.log})
+	if err != nil {
+		return usageError("%v", err)
+	}
+	inTable, dlTable := k.inbox.Tables()
+	steps := []struct {
+		table, what string
+		age         time.Duration
+		purge       func(context.Context, time.Duration, int) (int64, error)
+	}{
+		{k.ob.Table(), "sent outbox rows", *sent, k.ob.Purge},
+		{k.ob.Table(), "dead outbox rows", *dead, k.ob.PurgeDead},
+		{chk.Table(), "barrier rows", *barrier, chk.Purge},
+		{inTable, "inbox rows", *inbox, k.inbox.Purge},
+		{dlTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
+			return purgeParked(ctx, k.db, dlTable, "", nil, age, batch)
+		}},
+	}
+	for _, s := range steps {
+		if s.age < 0 {
+			continue
+		}
+		if !k.has(ctx, s.table) {
+			fmt.Fprintf(e.stdout, "%-16s %s: table not found, skipped\n", s.what, s.table)
+			continue
+		}
+		n, err := s.purge(ctx, s.age, *batch)
+		if err != nil {
+			return fmt.Errorf("purge %s from %s (%d deleted before the error): %w", s.what, s.table, n, err)
+		}
+		fmt.Fprintf(e.stdout, "%-16s %s: deleted %d older than %s\n", s.what, s.table, n, s.age)
+	}
+	return nil
+}
