@@ -20,9 +20,9 @@ const maxBodyBytes = 64 << 10
 //	GET  /orders/{id}      → the order, with its status
 //	GET  /inventory        → every SKU's stock
 //	GET  /inventory/{sku}  → one SKU's stock
-//	GET  /healthz          → 200 once the service is up
 //
-// Errors are JSON objects {"error": "..."}.
+// Errors are JSON objects {"error": "..."}. The App serves /healthz and
+// /metrics next to it.
 type API struct {
 	orders    *Orders
 	inventory *Inventory
@@ -37,9 +37,6 @@ func NewAPI(orders *Orders, inventory *Inventory, log *slog.Logger) *API {
 	a.mux.HandleFunc("GET /orders/{id}", a.getOrder)
 	a.mux.HandleFunc("GET /inventory", a.listInventory)
 	a.mux.HandleFunc("GET /inventory/{sku}", a.getStock)
-	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
 	return a
 }
 

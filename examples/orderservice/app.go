@@ -26,6 +26,7 @@ type App struct {
 	mode      Mode
 	consumer  *rocketmq.Consumer
 	api       *API
+	metrics   *Metrics
 
 	server   *http.Server
 	addr     net.Addr
@@ -33,8 +34,9 @@ type App struct {
 }
 
 // NewApp assembles the service; Start runs it.
-func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode Mode, consumer *rocketmq.Consumer, api *API) *App {
-	return &App{cfg: cfg, log: log, db: db, inbox: inbox, inventory: inventory, mode: mode, consumer: consumer, api: api, serveErr: make(chan error, 1)}
+func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode Mode, consumer *rocketmq.Consumer, api *API, metrics *Metrics) *App {
+	return &App{cfg: cfg, log: log, db: db, inbox: inbox, inventory: inventory, mode: mode, consumer: consumer, api: api, metrics: metrics,
+		serveErr: make(chan error, 1)}
 }
 
 // Start creates the tables, seeds the inventory, starts the mode and the
@@ -66,7 +68,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.addr = ln.Addr()
 	a.server = &http.Server{
-		Handler:           a.api,
+		Handler:           a.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -91,6 +93,56 @@ func (a *App) migrate(ctx context.Context) error {
 		return err
 	}
 	return a.mode.Migrate(ctx)
+}
+
+// Handler serves the API, GET /healthz and GET /metrics.
+func (a *App) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /metrics", a.serveMetrics)
+	mux.Handle("/", a.api)
+	return mux
+}
+
+// healthTimeout bounds one /healthz or /metrics request's checks.
+const healthTimeout = 3 * time.Second
+
+// healthz answers 200 {"status":"ok",...} when the mode and the consumer
+// are healthy (see rocketmq.Transactional.Health, outbox.Relay.Health and
+// rocketmq.Consumer.Health), else 503 with each check's error.
+func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	checks := []struct {
+		name  string
+		check func(context.Context) error
+	}{{a.mode.Name(), a.mode.Health}, {"consumer", a.consumer.Health}}
+	status, body := http.StatusOK, map[string]any{"status": "ok"}
+	results := map[string]string{}
+	for _, c := range checks {
+		if err := c.check(ctx); err != nil {
+			status, body["status"] = http.StatusServiceUnavailable, "unhealthy"
+			results[c.name] = err.Error()
+			a.log.Warn("health check failed", "check", c.name, "err", err)
+			continue
+		}
+		results[c.name] = "ok"
+	}
+	body["checks"] = results
+	writeJSON(w, status, body)
+}
+
+// serveMetrics writes the hooks' counters and the mode's gauges in
+// Prometheus's text format.
+func (a *App) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	gauges, err := a.mode.Gauges(ctx)
+	if err != nil {
+		a.log.Warn("metrics: reading the mode's gauges failed", "err", err)
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	a.metrics.WriteTo(w, gauges)
 }
 
 // Addr is the HTTP server's address once Start has returned.

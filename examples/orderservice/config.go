@@ -162,8 +162,9 @@ func (c *Config) validate() error {
 
 // rocketmq returns the client settings shared by every RocketMQ component
 // of the service, for group.
-func (c *Config) rocketmq(group string, log *slog.Logger) rocketmq.Config {
+func (c *Config) rocketmq(group string, log *slog.Logger, hooks txmsg.Hooks) rocketmq.Config {
 	return rocketmq.Config{
+		Hooks:       hooks,
 		NameServers: c.NameServers,
 		Group:       group,
 		Namespace:   c.Namespace,

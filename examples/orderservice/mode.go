@@ -23,6 +23,13 @@ type Mode interface {
 	Start(ctx context.Context) error
 	// Close stops them; sends under way finish first, or ctx ends.
 	Close(ctx context.Context) error
+	// Health reports whether the mode can get events to the broker now:
+	// the transactional producer's database and topic route, or the
+	// relay's database and lag.
+	Health(ctx context.Context) error
+	// Gauges returns the mode's gauges for /metrics: the outbox's depth
+	// in local-table mode, nothing in transactional mode.
+	Gauges(ctx context.Context) ([]gauge, error)
 }
 
 // transactionalMode sends half messages and answers the broker's
@@ -43,8 +50,15 @@ func newTransactionalMode(chk *checker.Checker, tr *rocketmq.Transactional, swee
 func (m *transactionalMode) Name() string                      { return ModeTransactional }
 func (m *transactionalMode) Migrate(ctx context.Context) error { return m.chk.Migrate(ctx) }
 
+func (m *transactionalMode) Health(ctx context.Context) error { return m.tr.Health(ctx) }
+
+func (m *transactionalMode) Gauges(context.Context) ([]gauge, error) { return nil, nil }
+
 func (m *transactionalMode) Start(ctx context.Context) error {
 	if err := m.tr.Start(ctx); err != nil {
+		return err
+	}
+	if err := m.pub.Start(ctx); err != nil {
 		return err
 	}
 	return m.sweeper.Start(ctx)
@@ -73,6 +87,26 @@ func newOutboxMode(ob *outbox.Outbox, relay *outbox.Relay, pub *rocketmq.Publish
 func (m *outboxMode) Name() string                      { return ModeOutbox }
 func (m *outboxMode) Migrate(ctx context.Context) error { return m.ob.Migrate(ctx) }
 
+func (m *outboxMode) Health(ctx context.Context) error { return m.relay.Health(ctx) }
+
+// Gauges reads the outbox's depth now, as adapters/prometheus's
+// OutboxCollector would.
+func (m *outboxMode) Gauges(ctx context.Context) ([]gauge, error) {
+	s, err := m.ob.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := m.ob.Table()
+	const rowsHelp = "Outbox rows by status (pending, sent, dead)."
+	return []gauge{
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "pending"}, value: float64(s.Pending)},
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "sent"}, value: float64(s.Sent)},
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "dead"}, value: float64(s.Dead)},
+		{name: "txmsg_outbox_oldest_pending_age_seconds", help: "Age of the oldest pending outbox row in seconds; 0 when none is pending.",
+			labels: []string{"table", t}, value: s.OldestPending.Seconds()},
+	}, nil
+}
+
 // Start runs the relay until Close. Its context is not ctx: the relay
 // lives as long as the service, not as long as startup.
 func (m *outboxMode) Start(ctx context.Context) error {
@@ -81,7 +115,7 @@ func (m *outboxMode) Start(ctx context.Context) error {
 	if m.stop != nil {
 		return errors.New("outbox relay already started")
 	}
-	if err := ctx.Err(); err != nil {
+	if err := m.pub.Start(ctx); err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))

@@ -21,6 +21,7 @@ import (
 // commonSet is everything both modes share. It needs a txmsg.Transactor
 // and a Mode, which one of the mode sets below provides.
 var commonSet = wire.NewSet(
+	NewMetrics,
 	provideDB,
 	provideInbox,
 	provideOrderTopic,
@@ -80,8 +81,8 @@ func provideDB(cfg Config) (*gorm.DB, func(), error) {
 	return db, func() { _ = sqlDB.Close() }, nil
 }
 
-func provideInbox(db *gorm.DB, log *slog.Logger) (*txmsg.Inbox, error) {
-	return txmsg.NewInbox(db, txmsg.InboxConfig{Logger: log})
+func provideInbox(db *gorm.DB, log *slog.Logger, m *Metrics) (*txmsg.Inbox, error) {
+	return txmsg.NewInbox(db, txmsg.InboxConfig{Logger: log, Hooks: m.Hooks()})
 }
 
 func provideOrderTopic(cfg Config) txmsg.Topic[OrderCreated] {
@@ -94,7 +95,8 @@ func provideOrderProducer(tr txmsg.Transactor, topic txmsg.Topic[OrderCreated]) 
 
 func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txmsg.Topic[OrderCreated], inv *Inventory) (*rocketmq.Consumer, error) {
 	return rocketmq.NewConsumer(
-		rocketmq.ConsumerConfig{Config: cfg.rocketmq(cfg.ConsumerGroup, log)},
+		// The consumer's events reach the hooks through the inbox.
+		rocketmq.ConsumerConfig{Config: cfg.rocketmq(cfg.ConsumerGroup, log, nil)},
 		inbox,
 		txmsg.Handle(topic, inv.OnOrderCreated),
 	)
@@ -104,9 +106,9 @@ func provideChecker(db *gorm.DB, log *slog.Logger) (*checker.Checker, error) {
 	return checker.New(db, checker.Config{Logger: log})
 }
 
-func provideTransactional(cfg Config, log *slog.Logger, db *gorm.DB, chk *checker.Checker) (*rocketmq.Transactional, error) {
+func provideTransactional(cfg Config, log *slog.Logger, db *gorm.DB, chk *checker.Checker, m *Metrics) (*rocketmq.Transactional, error) {
 	return rocketmq.NewTransactional(rocketmq.TransactionalConfig{
-		Config: cfg.rocketmq(cfg.ProducerGroup, log),
+		Config: cfg.rocketmq(cfg.ProducerGroup, log, m.Hooks()),
 		Topics: []string{cfg.Topic},
 	}, db, chk)
 }
@@ -119,13 +121,13 @@ func sweeperGroup(cfg Config) string { return cfg.ProducerGroup + "-sweeper" }
 // its last check-back.
 func provideSweeper(cfg Config, log *slog.Logger, chk *checker.Checker, pub *rocketmq.Publisher) (*rocketmq.Sweeper, error) {
 	return rocketmq.NewSweeper(rocketmq.SweeperConfig{
-		Config:         cfg.rocketmq(sweeperGroup(cfg), log),
+		Config:         cfg.rocketmq(sweeperGroup(cfg), log, nil),
 		ProducerGroups: []string{cfg.ProducerGroup},
 	}, chk, pub)
 }
 
-func provideOutbox(db *gorm.DB, log *slog.Logger) (*outbox.Outbox, error) {
-	return outbox.New(db, outbox.Config{Logger: log})
+func provideOutbox(db *gorm.DB, log *slog.Logger, m *Metrics) (*outbox.Outbox, error) {
+	return outbox.New(db, outbox.Config{Logger: log, Hooks: m.Hooks()})
 }
 
 // providePublisher starts the relay's plain producer, in the service's
@@ -141,19 +143,18 @@ func provideSweeperPublisher(cfg Config, log *slog.Logger) (*rocketmq.Publisher,
 	return newPublisher(cfg, log, sweeperGroup(cfg))
 }
 
-// newPublisher connects at once, so its cleanup closes it if wiring fails
-// later (Close is idempotent).
+// newPublisher builds a publisher; its mode starts it, after App.Start has
+// made sure the topic exists: a publisher started earlier caches "no
+// route" for the topic until the client's next route refresh, up to 30 s.
+// Its cleanup closes it if wiring fails later (Close is idempotent).
 func newPublisher(cfg Config, log *slog.Logger, group string) (*rocketmq.Publisher, func(), error) {
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: cfg.rocketmq(group, log), Topics: []string{cfg.Topic}})
+	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: cfg.rocketmq(group, log, nil), Topics: []string{cfg.Topic}})
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := pub.Start(context.Background()); err != nil {
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(context.Background()) }, nil
 }
 
-func provideRelay(db *gorm.DB, pub *rocketmq.Publisher, ob *outbox.Outbox, log *slog.Logger) (*outbox.Relay, error) {
-	return outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Logger: log})
+func provideRelay(db *gorm.DB, pub *rocketmq.Publisher, ob *outbox.Outbox, log *slog.Logger, m *Metrics) (*outbox.Relay, error) {
+	return outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Logger: log, Hooks: m.Hooks()})
 }

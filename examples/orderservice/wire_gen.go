@@ -17,7 +17,8 @@ func newTransactionalApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	inbox, err := provideInbox(db, log)
+	metrics := NewMetrics()
+	inbox, err := provideInbox(db, log, metrics)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -28,7 +29,7 @@ func newTransactionalApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	transactional, err := provideTransactional(cfg, log, db, checker)
+	transactional, err := provideTransactional(cfg, log, db, checker, metrics)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -60,7 +61,7 @@ func newTransactionalApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 	}
 	orders := NewOrders(db, producer)
 	api := NewAPI(orders, inventory, log)
-	app := NewApp(cfg, log, db, inbox, inventory, mode, consumer, api)
+	app := NewApp(cfg, log, db, inbox, inventory, mode, consumer, api, metrics)
 	return app, func() {
 		cleanup2()
 		cleanup()
@@ -72,13 +73,14 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	inbox, err := provideInbox(db, log)
+	metrics := NewMetrics()
+	inbox, err := provideInbox(db, log, metrics)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
 	inventory := NewInventory(db)
-	outbox, err := provideOutbox(db, log)
+	outbox, err := provideOutbox(db, log, metrics)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -88,7 +90,7 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	relay, err := provideRelay(db, publisher, outbox, log)
+	relay, err := provideRelay(db, publisher, outbox, log, metrics)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -110,7 +112,7 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 	}
 	orders := NewOrders(db, producer)
 	api := NewAPI(orders, inventory, log)
-	app := NewApp(cfg, log, db, inbox, inventory, mode, consumer, api)
+	app := NewApp(cfg, log, db, inbox, inventory, mode, consumer, api, metrics)
 	return app, func() {
 		cleanup2()
 		cleanup()

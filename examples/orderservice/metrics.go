@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Metrics counts txmsg's events through its hooks and writes them for GET
+// /metrics in Prometheus's text format, under the names of
+// adapters/prometheus.
+//
+// The service keeps this small exposition of its own instead of using
+// adapters/prometheus: that adapter is a Go module of its own, and
+// requiring it here would put the Prometheus client into txmsg's root
+// module, which this example belongs to. A service outside this
+// repository would register adapters/prometheus's Metrics and
+// OutboxCollector instead, and get histograms as well.
+type Metrics struct {
+	mu     sync.Mutex
+	series map[string]map[string]float64 // family → label set → value
+}
+
+// metricFamilies are the counters Metrics writes, in order, with their
+// help text.
+var metricFamilies = []struct{ name, help string }{
+	{"txmsg_half_sends_total", "Half messages sent to the broker, by topic and result (ok, error)."},
+	{"txmsg_local_transactions_total", "Local transactions ended, by topic and state (committed, rolled_back, unknown)."},
+	{"txmsg_checkbacks_total", "Broker check-backs answered, by answer (commit, rollback, unknown)."},
+	{"txmsg_relay_batches_total", "Batches the outbox relay published."},
+	{"txmsg_relay_messages_total", "Messages the outbox relay tried to publish, by result (published, failed)."},
+	{"txmsg_consumer_messages_total", "Messages a consumer decided about, by group, topic and outcome (handled, duplicate, parked, failed)."},
+}
+
+var (
+	_ txmsg.HookHalfSent   = (*Metrics)(nil)
+	_ txmsg.HookLocalDone  = (*Metrics)(nil)
+	_ txmsg.HookCheckBack  = (*Metrics)(nil)
+	_ txmsg.HookRelayBatch = (*Metrics)(nil)
+	_ txmsg.HookConsumed   = (*Metrics)(nil)
+)
+
+// NewMetrics returns empty Metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{series: map[string]map[string]float64{}}
+}
+
+// Hooks returns the hooks to put in the components' configs.
+func (m *Metrics) Hooks() txmsg.Hooks { return txmsg.Hooks{m} }
+
+// add adds v to the series name{labels}, labels being name/value pairs.
+func (m *Metrics) add(name string, v float64, labels ...string) {
+	set := labelSet(labels)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.series[name] == nil {
+		m.series[name] = map[string]float64{}
+	}
+	m.series[name][set] += v
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// labelSet renders name/value pairs as the text format's label set.
+func labelSet(labels []string) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(labels); i += 2 {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `%s="%s"`, labels[i], labelEscaper.Replace(labels[i+1]))
+	}
+	return b.String()
+}
+
+// OnHalfSent implements txmsg.HookHalfSent.
+func (m *Metrics) OnHalfSent(_ context.Context, msg *txmsg.Message, err error, _ time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.add("txmsg_half_sends_total", 1, "topic", msg.Topic, "result", result)
+}
+
+// OnLocalDone implements txmsg.HookLocalDone.
+func (m *Metrics) OnLocalDone(_ context.Context, msg *txmsg.Message, state txmsg.LocalState, _ error, _ time.Duration) {
+	m.add("txmsg_local_transactions_total", 1, "topic", msg.Topic, "state", state.String())
+}
+
+// OnCheckBack implements txmsg.HookCheckBack.
+func (m *Metrics) OnCheckBack(_, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
+	answer := map[txmsg.LocalState]string{txmsg.StateCommitted: "commit", txmsg.StateRolledBack: "rollback"}[state]
+	if answer == "" {
+		answer = "unknown"
+	}
+	m.add("txmsg_checkbacks_total", 1, "answer", answer)
+}
+
+// OnRelayBatch implements txmsg.HookRelayBatch.
+func (m *Metrics) OnRelayBatch(_ context.Context, size, failed int, _ time.Duration) {
+	m.add("txmsg_relay_batches_total", 1)
+	m.add("txmsg_relay_messages_total", float64(size-failed), "result", "published")
+	m.add("txmsg_relay_messages_total", float64(failed), "result", "failed")
+}
+
+// OnConsumed implements txmsg.HookConsumed.
+func (m *Metrics) OnConsumed(_ context.Context, group string, r *txmsg.Received, outcome txmsg.Outcome, err error, _ time.Duration) {
+	o := outcome.String()
+	if err != nil {
+		o = "failed"
+	}
+	m.add("txmsg_consumer_messages_total", 1, "group", group, "topic", r.Message.Topic, "outcome", o)
+}
+
+// gauge is one gauge sample written next to the counters.
+type gauge struct {
+	name, help string
+	labels     []string
+	value      float64
+}
+
+// WriteTo writes every counter that has a series, then gauges, in
+// Prometheus's text exposition format 0.0.4.
+func (m *Metrics) WriteTo(w io.Writer, gauges []gauge) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range metricFamilies {
+		series := m.series[f.name]
+		if len(series) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", f.name, f.help, f.name)
+		keys := make([]string, 0, len(series))
+		for k := range series {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s{%s} %g\n", f.name, k, series[k])
+		}
+	}
+	seen := map[string]bool{}
+	for _, g := range gauges {
+		if !seen[g.name] {
+			seen[g.name] = true
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", g.name, g.help, g.name)
+		}
+		fmt.Fprintf(w, "%s{%s} %g\n", g.name, labelSet(g.labels), g.value)
+	}
+}
