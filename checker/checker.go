@@ -153,8 +153,17 @@ func (c *Checker) Resolve(ctx context.Context, txID string) (txmsg.LocalState, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResolveTimeout)
 	defer cancel()
+	// A barrier row never changes once committed, so a row that is already
+	// visible is the answer; only a missing one needs the insert, which
+	// waits on a local transaction still holding the key.
+	if state, err := c.state(ctx, txID); err == nil {
+		return toLocalState(txID, state)
+	} else if !errors.Is(err, gorm.ErrRecordNotFound) {
+		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, err)
+	}
 	row := Barrier{TxID: txID, State: StateRolledBack, CreatedAt: time.Now().UTC()}
-	res := c.db.WithContext(ctx).Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+	res := c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
+		Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
 	if res.Error != nil {
 		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, res.Error)
 	}
@@ -167,6 +176,10 @@ func (c *Checker) Resolve(ctx context.Context, txID string) (txmsg.LocalState, e
 	if err != nil {
 		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, err)
 	}
+	return toLocalState(txID, state)
+}
+
+func toLocalState(txID, state string) (txmsg.LocalState, error) {
 	switch state {
 	case StateCommitted:
 		return txmsg.StateCommitted, nil

@@ -415,7 +415,7 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 	require.Equal(t, "orders_outbox", r.cfg.Table)
 	require.Equal(t, 8, r.cfg.Buckets)
 	require.NotEmpty(t, r.Name())
-	require.Equal(t, 100, r.cfg.BatchSize)
+	require.Equal(t, 500, r.cfg.BatchSize)
 	require.Equal(t, 20, r.cfg.MaxAttempts)
 	require.Equal(t, 24*time.Hour, r.cfg.Retention)
 }

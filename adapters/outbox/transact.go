@@ -47,10 +47,7 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	assignIDs([]*txmsg.Message{msg}, rows)
 	receipt := &txmsg.Receipt{ID: msg.ID, State: txmsg.StateRolledBack}
 	committing := false
-	if len(o.cfg.Hooks) > 0 {
-		start := time.Now()
-		defer func() { o.cfg.Hooks.LocalDone(ctx, msg, receipt.State, err, time.Since(start)) }()
-	}
+	start := time.Now()
 	err = o.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := txmsg.CallLocal(ctx, tx, local); err != nil {
 			return err
@@ -67,18 +64,20 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	switch {
 	case err == nil:
 		receipt.State = txmsg.StateCommitted
-		o.Notify()
-		if o.log.Enabled(ctx, slog.LevelDebug) {
-			o.log.Debug("message committed to the outbox", "txmsg_id", msg.ID, "topic", msg.Topic, "state", StatusPending)
-		}
-		return receipt, nil
 	case committing:
 		receipt.State = txmsg.StateUnknown
 		err = fmt.Errorf("%w: outbox: commit %s: %w", txmsg.ErrOutcomeUnknown, msg.ID, err)
-		return receipt, err
-	default:
+	}
+	// Hooks before the nudge: the relay may publish as soon as it wakes.
+	o.cfg.Hooks.LocalDone(ctx, msg, receipt.State, err, time.Since(start))
+	if err != nil {
 		return receipt, err
 	}
+	o.Notify()
+	if o.log.Enabled(ctx, slog.LevelDebug) {
+		o.log.Debug("message committed to the outbox", "txmsg_id", msg.ID, "topic", msg.Topic, "state", StatusPending)
+	}
+	return receipt, nil
 }
 
 // EnqueueTx inserts msgs into the outbox inside tx, a transaction the
@@ -139,10 +138,14 @@ func assignIDs(msgs []*txmsg.Message, rows []*Row) {
 }
 
 // insert writes prepared rows, in chunks that keep each statement small.
+// insertChunkRows keeps a multi-row INSERT under the server's limit of
+// 65,535 placeholders (the row has about 15 columns).
+const insertChunkRows = 1000
+
 func (o *Outbox) insert(ctx context.Context, tx *gorm.DB, rows []*Row) error {
 	for len(rows) > 0 {
 		n, size := 0, 0
-		for n < len(rows) && (n == 0 || size+len(rows[n].Body) <= insertChunkBytes) {
+		for n < len(rows) && n < insertChunkRows && (n == 0 || size+len(rows[n].Body) <= insertChunkBytes) {
 			size += len(rows[n].Body)
 			n++
 		}

@@ -264,3 +264,18 @@ func describe(t *testing.T, db *gorm.DB, table string) []string {
 	require.NotEmpty(t, out)
 	return out
 }
+
+// Many small messages: a single INSERT would pass the server's 65,535
+// placeholders.
+func TestEnqueueTxManySmallMessagesIsChunked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	msgs := make([]*txmsg.Message, 5000)
+	for i := range msgs {
+		msgs[i] = &txmsg.Message{Topic: e.topic, Body: []byte("x")}
+	}
+	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error {
+		return e.ob.EnqueueTx(context.Background(), tx, msgs...)
+	}))
+	require.Len(t, e.rows(""), 5000)
+}

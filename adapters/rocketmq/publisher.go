@@ -20,7 +20,7 @@ type PublisherConfig struct {
 	Config
 	// MaxBatch is the most messages sent in one batch request. Messages to
 	// the same topic (and, when ordered, the same sharding key) are batched
-	// up to this count and up to MaxBodySize bytes. Default 64; 1 turns
+	// up to this count and up to MaxBodySize bytes. Default 128; 1 turns
 	// batching off.
 	MaxBatch int
 	// Topics are fetched at Start, so the first sends to them do not each
@@ -54,7 +54,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("%w: publisher: MaxBatch must not be negative", txmsg.ErrInvalidConfig)
 	}
 	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 64
+		cfg.MaxBatch = 128
 	}
 	for _, t := range cfg.Topics {
 		if err := txmsg.ValidateTopic(t); err != nil {
