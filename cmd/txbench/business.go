@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// bench holds one run's state across phases.
+type bench struct {
+	cfg      *config
+	log      *slog.Logger
+	env      *env
+	progress *progress
+	res      *results
+}
+
+func (b *bench) phase(ctx context.Context, p string) error {
+	switch p {
+	case "b0":
+		return b.runB0(ctx)
+	case "b1":
+		return b.runB1(ctx)
+	case "b2":
+		return b.runB2(ctx)
+	case "b3":
+		return b.runB3(ctx)
+	case "b4":
+		return b.runB4(ctx)
+	case "b5":
+		return b.runB5(ctx)
+	case "b6":
+		return b.runB6(ctx)
+	case "b7":
+		return b.runB7(ctx)
+	}
+	return fmt.Errorf("unknown phase %q", p)
+}
+
+// order is the business row every phase writes: an order with a unique
+// order number, as a shop would keep it.
+type order struct {
+	ID          int64     `gorm:"primaryKey;autoIncrement"`
+	OrderNo     string    `gorm:"size:64;not null;uniqueIndex"`
+	CustomerID  int64     `gorm:"not null"`
+	SKU         string    `gorm:"size:64;not null"`
+	Qty         int       `gorm:"not null"`
+	AmountCents int64     `gorm:"not null"`
+	CreatedAt   time.Time `gorm:"precision:6;not null"`
+}
+
+// OrderCreated is the event of every phase: about 150 bytes of JSON.
+type OrderCreated struct {
+	OrderNo     string    `json:"order_no"`
+	CustomerID  int64     `json:"customer_id"`
+	SKU         string    `json:"sku"`
+	Qty         int       `json:"qty"`
+	AmountCents int64     `json:"amount_cents"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+func newOrder(seq int64) (*order, OrderCreated) {
+	o := &order{
+		OrderNo:     txmsg.NewID(),
+		CustomerID:  seq % 10_000,
+		SKU:         fmt.Sprintf("SKU-%06d", seq%50_000),
+		Qty:         int(seq%5) + 1,
+		AmountCents: 1999 + seq%1000,
+		CreatedAt:   time.Now().UTC(),
+	}
+	return o, OrderCreated{OrderNo: o.OrderNo, CustomerID: o.CustomerID, SKU: o.SKU, Qty: o.Qty, AmountCents: o.AmountCents, CreatedAt: o.CreatedAt}
+}
+
+func (b *bench) ordersTable(ctx context.Context) error {
+	return b.env.db.WithContext(ctx).AutoMigrate(&order{})
+}
+
+func (b *bench) businessSpec(name string) loadSpec {
+	return loadSpec{name: name, workers: b.cfg.Workers, warmup: b.cfg.Warmup, duration: b.cfg.Duration, count: b.cfg.Count}
+}
+
+// runB0: the business transaction alone.
+func (b *bench) runB0(ctx context.Context) error {
+	if err := b.ordersTable(ctx); err != nil {
+		return err
+	}
+	db := b.env.db
+	res, err := closedLoop(ctx, b.progress, b.businessSpec("B0"), func(ctx context.Context, seq int64) error {
+		o, _ := newOrder(seq)
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return tx.Create(o).Error })
+	})
+	if err != nil {
+		return err
+	}
+	b.res.load("b0", res)
+	return nil
+}
+
+// rawProducer starts a plain rocketmq-client-go producer with the client's
+// defaults and a unique instance name, as a service that does not use
+// txmsg would.
+func (b *bench) rawProducer(purpose string) (rmq.Producer, error) {
+	p, err := rmq.NewProducer(
+		producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.cfg.NameServer})),
+		producer.WithGroupName(b.env.group(purpose)),
+		producer.WithInstanceName(b.env.group(purpose)+"_"+txmsg.NewID()[24:]),
+		producer.WithRetry(2),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func sendRaw(ctx context.Context, p rmq.Producer, m *primitive.Message) error {
+	res, err := p.SendSync(ctx, m)
+	if err != nil {
+		return err
+	}
+	if res.Status != primitive.SendOK {
+		return fmt.Errorf("send status %d", res.Status)
+	}
+	return nil
+}
+
+// runB1: the naive, unsafe way: commit, then send with the raw client. A
+// crash between the two loses the event; the phase measures what that
+// shortcut costs, as the baseline of B2.
+func (b *bench) runB1(ctx context.Context) error {
+	if err := b.ordersTable(ctx); err != nil {
+		return err
+	}
+	topic, err := b.env.topic(ctx, "b1")
+	if err != nil {
+		return err
+	}
+	p, err := b.rawProducer("b1")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = p.Shutdown() }()
+	db := b.env.db
+	res, err := closedLoop(ctx, b.progress, b.businessSpec("B1"), func(ctx context.Context, seq int64) error {
+		o, evt := newOrder(seq)
+		if err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return tx.Create(o).Error }); err != nil {
+			return err
+		}
+		body, err := json.Marshal(evt)
+		if err != nil {
+			return err
+		}
+		m := primitive.NewMessage(topic, body)
+		m.WithKeys([]string{o.OrderNo})
+		return sendRaw(ctx, p, m)
+	})
+	if err != nil {
+		return err
+	}
+	b.res.load("b1", res)
+	return nil
+}
+
+// runB2: txmsg's transactional mode: half message, local transaction with
+// the barrier row and the order, END_TRANSACTION.
+func (b *bench) runB2(ctx context.Context) error {
+	if err := b.ordersTable(ctx); err != nil {
+		return err
+	}
+	topic, err := b.env.topic(ctx, "b2")
+	if err != nil {
+		return err
+	}
+	chk, err := checker.New(b.env.db, checker.Config{Logger: b.log})
+	if err != nil {
+		return err
+	}
+	if err := chk.Migrate(ctx); err != nil {
+		return err
+	}
+	tr, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
+		Config: rocketmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b2"), Logger: b.log},
+		Topics: []string{topic},
+	}, b.env.db, chk)
+	if err != nil {
+		return err
+	}
+	if err := tr.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = tr.Close(context.WithoutCancel(ctx)) }()
+	orders, err := txmsg.NewProducer(tr, txmsg.Topic[OrderCreated]{Name: topic})
+	if err != nil {
+		return err
+	}
+	res, err := closedLoop(ctx, b.progress, b.businessSpec("B2"), func(ctx context.Context, seq int64) error {
+		o, evt := newOrder(seq)
+		_, err := orders.Send(ctx, evt, func(ctx context.Context, tx *gorm.DB) error { return tx.Create(o).Error },
+			txmsg.WithKeys(o.OrderNo))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.res.load("b2", res)
+	return nil
+}
+
+// runB3: local-table mode, enqueue side only: the order and its outbox row
+// in one transaction. No relay runs, so the outbox grows by the phase's
+// rows; B5 measures the relay side.
+func (b *bench) runB3(ctx context.Context) error {
+	if err := b.ordersTable(ctx); err != nil {
+		return err
+	}
+	ob, err := outbox.New(b.env.db, outbox.Config{Table: "outbox_b3", Logger: b.log})
+	if err != nil {
+		return err
+	}
+	if err := ob.Migrate(ctx); err != nil {
+		return err
+	}
+	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3", "outbox_b3_lease")
+	orders, err := txmsg.NewProducer(ob, txmsg.Topic[OrderCreated]{Name: "txbench_" + b.env.runID + "_b3"})
+	if err != nil {
+		return err
+	}
+	res, err := closedLoop(ctx, b.progress, b.businessSpec("B3"), func(ctx context.Context, seq int64) error {
+		o, evt := newOrder(seq)
+		_, err := orders.Send(ctx, evt, func(ctx context.Context, tx *gorm.DB) error { return tx.Create(o).Error },
+			txmsg.WithKeys(o.OrderNo))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.res.load("b3", res)
+	return nil
+}

@@ -1,0 +1,220 @@
+// Command txbench measures txmsg against the real broker and database,
+// side by side with the naive way (commit, then a plain send) and with the
+// raw rocketmq-client-go producer, in one run:
+//
+//	B0  business transaction alone: insert an order row, commit
+//	B1  naive and unsafe: B0, then a plain SendSync after the commit
+//	B2  transactional mode: the same insert through txmsg.Producer.Send
+//	    over rocketmq.NewTransactional
+//	B3  local-table mode, enqueue side: the same insert plus an outbox row
+//	    through txmsg.Producer.Send over outbox.Transact, no relay running
+//	B4  relays draining a pre-filled outbox backlog, against
+//	R0  the raw client sending the same messages one SendSync at a time
+//	B5  outbox commit → broker acknowledgement latency at about half of
+//	    B3's rate, relay running with the in-process nudge
+//	B6  checker.Resolve answering check-backs for committed, rolled-back
+//	    and unknown IDs
+//	B7  relay drain rate and resident memory with a 1,000,000-row backlog
+//
+// Every run makes its own database and topics and removes them at the end.
+// Progress goes to stderr; the result table (or, with -json, one JSON
+// object) goes to stdout. See docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/txmsg/txmsg/internal/testbed"
+)
+
+func main() {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(spec, os.Stdout, os.Stderr))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "txbench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the command line.
+type config struct {
+	DSN        string
+	NameServer string
+	Broker     string
+
+	Workers  int
+	Warmup   time.Duration
+	Duration time.Duration
+	Count    int
+
+	Backlog        int
+	BigBacklog     int
+	Relays         int
+	FillWorkers    int
+	LatencyFor     time.Duration
+	LatencyRate    float64
+	ResolveFor     time.Duration
+	ResolveRows    int
+	Queues         int
+	Settle         time.Duration
+	Phases         string
+	JSON           bool
+	Smoke          bool
+	Keep           bool
+	CPUProfile     string
+	RelayCPUProf   string
+	RelayBatchSize int
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("txbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.DSN, "dsn", testbed.DSN(), "MySQL/MariaDB DSN; the run creates and drops its own database next to this one (env TXMSG_DSN)")
+	fs.StringVar(&c.NameServer, "namesrv", testbed.NameServer(), "RocketMQ name server (env TXMSG_NAMESRV)")
+	fs.StringVar(&c.Broker, "broker", testbed.Broker(), "RocketMQ broker address, for creating and deleting topics (env TXMSG_BROKER)")
+	fs.IntVar(&c.Workers, "workers", 32, "concurrent workers of every closed-loop phase (B0-B4, R0, B6)")
+	fs.DurationVar(&c.Warmup, "warmup", 3*time.Second, "warm-up of each of B0-B3, B5 and B6, not measured")
+	fs.DurationVar(&c.Duration, "duration", 15*time.Second, "measured time of each of B0-B3")
+	fs.IntVar(&c.Count, "count", 0, "when > 0, B0-B3 measure exactly this many operations instead of -duration")
+	fs.IntVar(&c.Backlog, "backlog", 100_000, "outbox backlog drained by B4, and messages sent by R0")
+	fs.IntVar(&c.BigBacklog, "backlog-big", 1_000_000, "outbox backlog drained by B7")
+	fs.IntVar(&c.Relays, "relays", 4, "relays draining the backlog in B4 and B7, and R0's workers; B4 also runs with -workers relays")
+	fs.IntVar(&c.RelayBatchSize, "relay-batch", 0, "RelayConfig.BatchSize of every relay; 0 means the library default")
+	fs.IntVar(&c.FillWorkers, "fill-workers", 4, "concurrent writers filling backlogs and barrier rows (not measured)")
+	fs.DurationVar(&c.LatencyFor, "latency-duration", 15*time.Second, "measured time of B5")
+	fs.Float64Var(&c.LatencyRate, "latency-rate", 0, "B5 commits per second; 0 means half of B3's measured rate")
+	fs.DurationVar(&c.ResolveFor, "resolve-duration", 10*time.Second, "measured time of B6")
+	fs.IntVar(&c.ResolveRows, "resolve-rows", 100_000, "barrier rows of each state (committed, rolled back) pre-filled for B6")
+	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "pause between filling a backlog and draining it, for InnoDB's background work")
+	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b4,b5,b6,b7 (b4 includes r0)")
+	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
+	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database and topics (for inspection)")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (B0-B3, B5, B6, R0) to this file")
+	fs.StringVar(&c.RelayCPUProf, "relay-cpuprofile", "", "write CPU profiles of the relay child processes (B4, B7) to this file prefix")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.Smoke {
+		c.Warmup = 100 * time.Millisecond
+		c.Duration = 300 * time.Millisecond
+		c.Count = 0
+		c.Backlog = 300
+		c.BigBacklog = 600
+		c.LatencyFor = 300 * time.Millisecond
+		c.ResolveFor = 300 * time.Millisecond
+		c.Settle = 0
+		c.ResolveRows = 200
+		c.Workers = min(c.Workers, 4)
+		c.Relays = min(c.Relays, 2)
+		c.Queues = 2
+	}
+	if c.Workers <= 0 || c.Relays <= 0 || c.FillWorkers <= 0 || c.Backlog <= 0 || c.BigBacklog <= 0 || c.ResolveRows <= 0 || c.Queues <= 0 {
+		return nil, errors.New("counts must be positive")
+	}
+	return c, nil
+}
+
+// phases in run order.
+var allPhases = []string{"b0", "b1", "b2", "b3", "b5", "b6", "b4", "b7"}
+
+func (c *config) enabled(phase string) bool {
+	if c.Phases == "all" || c.Phases == "" {
+		return true
+	}
+	for _, p := range strings.Split(c.Phases, ",") {
+		if strings.TrimSpace(strings.ToLower(p)) == phase {
+			return true
+		}
+	}
+	return false
+}
+
+// run is the whole benchmark; main and the smoke test call it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	rlog.SetLogLevel("error")
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	started := time.Now()
+	b := &bench{cfg: cfg, log: log, progress: newProgress(stderr), res: newResults()}
+	env, err := setup(ctx, cfg, log, b.progress)
+	if err != nil {
+		return err
+	}
+	b.env = env
+	b.res.extra["machine"] = machine(ctx, env.db)
+	runErr := b.runPhases(ctx)
+	// Clean up before printing: a reader that closes stdout early (| head)
+	// must not leave the run's database behind.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := env.cleanup(cctx); err != nil {
+		log.Warn("cleanup incomplete", "err", err)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	b.res.settings(cfg, time.Since(started))
+	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if m, ok := b.res.extra["machine"].(map[string]any); ok {
+			m["loadavg_at_end"] = strings.Join(strings.Fields(string(l))[:3], " ")
+		}
+	}
+	b.progress.printf("done in %s", time.Since(started).Round(time.Second))
+	if cfg.JSON {
+		return b.res.writeJSON(stdout)
+	}
+	return b.res.writeTable(stdout)
+}
+
+func (b *bench) runPhases(ctx context.Context) error {
+	for _, p := range allPhases {
+		if !b.cfg.enabled(p) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := b.phase(ctx, p); err != nil {
+			return fmt.Errorf("phase %s: %w", strings.ToUpper(p), err)
+		}
+	}
+	return nil
+}

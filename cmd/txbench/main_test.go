@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/internal/testbed"
+)
+
+// TestMain lets the test binary serve as the benchmark's relay child
+// process, as the real binary does.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(spec, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs every phase with tiny counts against the real services and
+// checks that the run completes and prints every headline key. It asserts
+// no figure: a smoke run measures nothing.
+func TestSmoke(t *testing.T) {
+	testbed.RequireBroker(t)
+	testbed.DB(t) // skips or fails, like every service test, when the database is down
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout bytes.Buffer
+	err := run(ctx, []string{"-smoke", "-json"}, &stdout, t.Output())
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), stdout.String())
+	for _, k := range headline {
+		require.Contains(t, out, k)
+		require.NotNil(t, out[k], "%s was not measured", k)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	c, err := parseFlags([]string{"-workers", "8", "-phases", "b0,B4"}, &stderr)
+	require.NoError(t, err)
+	require.Equal(t, 4, c.Relays)
+	require.True(t, c.enabled("b0"))
+	require.True(t, c.enabled("b4"))
+	require.False(t, c.enabled("b7"))
+	_, err = parseFlags([]string{"-workers", "0"}, &stderr)
+	require.Error(t, err)
+}
+
+func TestLatencyPercentiles(t *testing.T) {
+	t.Parallel()
+	var l latencies
+	for i := 1; i <= 100; i++ {
+		l = append(l, time.Duration(i)*time.Millisecond)
+	}
+	require.InDelta(t, 50, l.pct(50), 0.001)
+	require.InDelta(t, 99, l.pct(99), 0.001)
+	require.InDelta(t, 100, l.pct(100), 0.001)
+	require.Zero(t, latencies(nil).pct(99))
+}

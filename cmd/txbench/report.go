@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one line of the result table.
+type row struct {
+	Phase  string  `json:"phase"`
+	What   string  `json:"what"`
+	Rate   float64 `json:"per_s"`
+	Unit   string  `json:"unit"`
+	P50    float64 `json:"p50_ms"`
+	P99    float64 `json:"p99_ms"`
+	Ops    int64   `json:"ops"`
+	Errors int64   `json:"errors"`
+	Secs   float64 `json:"seconds"`
+	CPU    cpuUse  `json:"cpu_cores"`
+	CPUms  float64 `json:"cpu_ms_per_op"`
+	Note   string  `json:"note,omitempty"`
+}
+
+// results collects a run's measurements.
+type results struct {
+	rows  []row
+	extra map[string]any
+	keys  map[string]*float64 // the JSON object's headline keys
+}
+
+// headline are the keys of the -json object, in order.
+var headline = []string{
+	"tps_b0", "tps_b1", "tps_b2", "tps_b3", "ratio_b2_b1", "ratio_b3_b0",
+	"relay_msgs_per_s", "raw_send_msgs_per_s", "ratio_relay_raw",
+	"outbox_latency_p50_ms", "outbox_latency_p99_ms",
+	"resolve_per_s", "resolve_p99_ms",
+	"relay_rss_mib_1m", "ratio_drain_1m_vs_100k",
+}
+
+// targets are the goals each headline ratio or figure is judged against.
+var targets = []struct {
+	key, goal string
+	ok        func(float64) bool
+}{
+	{"ratio_b2_b1", "≥ 0.95", func(v float64) bool { return v >= 0.95 }},
+	{"ratio_b3_b0", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
+	{"ratio_relay_raw", "≥ 1.5", func(v float64) bool { return v >= 1.5 }},
+	{"outbox_latency_p99_ms", "≤ 20", func(v float64) bool { return v <= 20 }},
+	{"resolve_per_s", "≥ 10000", func(v float64) bool { return v >= 10000 }},
+	{"resolve_p99_ms", "≤ 5", func(v float64) bool { return v <= 5 }},
+	{"ratio_drain_1m_vs_100k", "≥ 0.8", func(v float64) bool { return v >= 0.8 }},
+	{"relay_rss_mib_1m", "< 100", func(v float64) bool { return v < 100 }},
+}
+
+func newResults() *results {
+	r := &results{extra: map[string]any{}, keys: map[string]*float64{}}
+	for _, k := range headline {
+		r.keys[k] = nil
+	}
+	return r
+}
+
+func (r *results) add(x row) {
+	x.CPUms = x.CPU.msPerOp(x.Rate)
+	r.rows = append(r.rows, x)
+}
+
+func (r *results) set(key string, v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return
+	}
+	v = math.Round(v*1000) / 1000
+	r.keys[key] = &v
+}
+
+func (r *results) get(key string) (float64, bool) {
+	if p := r.keys[key]; p != nil {
+		return *p, true
+	}
+	return 0, false
+}
+
+func (r *results) ratio(key, num, den string) {
+	a, ok1 := r.get(num)
+	b, ok2 := r.get(den)
+	if ok1 && ok2 && b > 0 {
+		r.set(key, a/b)
+	}
+}
+
+var loadWhat = map[string]string{
+	"b0": "insert order + commit",
+	"b1": "B0 + raw SendSync after commit (unsafe)",
+	"b2": "txmsg transactional: Producer.Send",
+	"b3": "txmsg outbox: Producer.Send (enqueue only)",
+}
+
+// load records a closed-loop business phase.
+func (r *results) load(id string, res loadResult) {
+	x := row{
+		Phase: strings.ToUpper(id), What: loadWhat[id], Rate: res.perSecond(), Unit: "tx/s",
+		P50: res.lat.pct(50), P99: res.lat.pct(99), Ops: res.ops, Errors: res.errs, Secs: res.elapsed.Seconds(), CPU: res.cpu,
+	}
+	if res.firstEr != nil {
+		x.Note = "first error: " + res.firstEr.Error()
+	}
+	r.add(x)
+	r.set("tps_"+id, x.Rate)
+	r.ratio("ratio_b2_b1", "tps_b2", "tps_b1")
+	r.ratio("ratio_b3_b0", "tps_b3", "tps_b0")
+	r.costRatio("cpu_cost_ratio_b2_b1", "B2", "B1")
+	r.costRatio("cpu_cost_ratio_b3_b0", "B3", "B0")
+}
+
+// costRatio records cost(den)/cost(num) in CPU time per operation: the
+// throughput ratio the two phases would have on a CPU-bound machine with
+// nothing else running.
+func (r *results) costRatio(key, num, den string) {
+	var a, b float64
+	for _, x := range r.rows {
+		switch x.Phase {
+		case num:
+			a = x.CPUms
+		case den:
+			b = x.CPUms
+		}
+	}
+	if a > 0 && b > 0 {
+		r.extra[key] = math.Round(b/a*1000) / 1000
+	}
+}
+
+func (r *results) settings(c *config, took time.Duration) {
+	r.extra["settings"] = map[string]any{
+		"workers": c.Workers, "relays": c.Relays, "relay_batch": c.RelayBatchSize, "warmup_s": c.Warmup.Seconds(),
+		"duration_s": c.Duration.Seconds(), "count": c.Count, "backlog": c.Backlog, "backlog_big": c.BigBacklog,
+		"queues": c.Queues, "smoke": c.Smoke, "gomaxprocs": runtime.GOMAXPROCS(0),
+	}
+	r.extra["total_s"] = math.Round(took.Seconds())
+}
+
+// writeJSON prints one object: the headline keys first, in order (null
+// when a phase did not run), then "phases" (the table's rows) and
+// "details" (further figures and the settings).
+func (r *results) writeJSON(w io.Writer) error {
+	var buf bytes.Buffer
+	buf.WriteString("{\n")
+	field := func(k string, v any) error {
+		b, err := json.MarshalIndent(v, "  ", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&buf, "  %q: %s,\n", k, b)
+		return nil
+	}
+	for _, k := range headline {
+		var v any
+		if p := r.keys[k]; p != nil {
+			v = *p
+		}
+		if err := field(k, v); err != nil {
+			return err
+		}
+	}
+	if err := field("phases", r.rows); err != nil {
+		return err
+	}
+	if err := field("details", r.extra); err != nil {
+		return err
+	}
+	out := bytes.TrimSuffix(buf.Bytes(), []byte(",\n"))
+	out = append(out, "\n}\n"...)
+	_, err := w.Write(out)
+	return err
+}
+
+// tableExtras are the details the table shows below the headline figures.
+var tableExtras = []string{
+	"cpu_cost_ratio_b2_b1", "cpu_cost_ratio_b3_b0",
+	"relay_msgs_per_s_at_workers", "raw_send_msgs_per_s_at_workers", "ratio_relay_raw_at_workers",
+	"relay_msgs_per_s_big", "resolve_serial_per_s", "resolve_serial_p99_ms",
+	"outbox_latency_rate", "outbox_latency_p90_ms", "outbox_latency_p999_ms",
+}
+
+func (r *results) writeTable(w io.Writer) error {
+	if m, ok := r.extra["machine"].(map[string]any); ok {
+		fmt.Fprintf(w, "machine: %v cores, %v, load average at start %v, at end %v\n", m["nproc"], m["mem_total"], m["loadavg_at_start"], m["loadavg_at_end"])
+		if d, ok := m["database"].(map[string]string); ok {
+			fmt.Fprintf(w, "database: %s, innodb_flush_log_at_trx_commit=%s, sync_binlog=%s, log_bin=%s, buffer pool %s bytes\n\n",
+				d["version"], d["innodb_flush_log_at_trx_commit"], d["sync_binlog"], d["log_bin"], d["innodb_buffer_pool_size"])
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\twhat\trate\t\tp50 ms\tp99 ms\tops\terrors\tCPU ms/op\tCPU cores busy: by db, broker, bench, other\t")
+	for _, x := range r.rows {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", x.Phase, x.What, x.Rate, x.Unit, num(x.P50), num(x.P99), x.Ops, x.Errors, num(x.CPUms), x.CPU)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tmeasured\ttarget\t")
+	for _, k := range headline {
+		v, ok := r.get(k)
+		val := "-"
+		if ok {
+			val = fmt.Sprintf("%.3f", v)
+		}
+		goal := ""
+		for _, t := range targets {
+			if t.key == k {
+				verdict := "not measured"
+				if ok {
+					verdict = "MISSED"
+					if t.ok(v) {
+						verdict = "met"
+					}
+				}
+				goal = t.goal + "  " + verdict
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", k, val, goal)
+	}
+	for _, k := range tableExtras {
+		if v, ok := r.extra[k].(float64); ok {
+			fmt.Fprintf(tw, "%s\t%.3f\t\t\n", k, v)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, x := range r.rows {
+		if x.Note != "" {
+			fmt.Fprintf(w, "%s: %s\n", x.Phase, x.Note)
+		}
+	}
+	return nil
+}
+
+func num(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
