@@ -42,7 +42,9 @@ func (r *Relay) leaseTable() string { return r.cfg.Table + leaseSuffix }
 // a bucket over to a relay that asked for it when it holds more than its
 // share, takes expired or free buckets, and, when still short, asks the
 // busiest owners for buckets by writing its name into wanted_by. A relay
-// counts as live while it holds a lease or asks for one.
+// counts as live while it holds a lease or renews an ask; an ask not
+// renewed within LeaseTTL belongs to a relay presumed dead and is ignored,
+// or it would shrink everyone's fair share and leave buckets unowned.
 func (r *Relay) maintainLeases(ctx context.Context) error {
 	now := time.Now().UTC()
 	if now.Before(r.lease.next) {
@@ -63,6 +65,8 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 	}
 	now = time.Now().UTC()
 	self := r.cfg.Name
+	staleAsk := now.Add(-r.cfg.LeaseTTL)
+	fresh := func(l Lease) bool { return l.WantedBy != "" && l.WantedAt.After(staleAsk) }
 	members := map[string]bool{self: true}
 	held := map[string]int{}
 	for _, l := range all {
@@ -70,7 +74,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 			members[l.Owner] = true
 			held[l.Owner]++
 		}
-		if l.WantedBy != "" {
+		if fresh(l) {
 			members[l.WantedBy] = true
 		}
 	}
@@ -81,11 +85,11 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 	for _, l := range all {
 		switch {
 		case l.Owner == self:
-			if l.WantedBy != "" && l.WantedBy != self && held[self] > fair {
+			if fresh(l) && l.WantedBy != self && held[self] > fair {
 				// Hand over between batches: this relay holds no lock in the
 				// bucket now.
 				res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).
-					Updates(map[string]any{"owner": l.WantedBy, "expires_at": expires, "wanted_by": ""})
+					Updates(map[string]any{"owner": l.WantedBy, "expires_at": expires, "wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()})
 				if res.Error != nil {
 					return fmt.Errorf("outbox: hand bucket %d over: %w", l.Bucket, res.Error)
 				}
@@ -93,7 +97,11 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 				r.log.Info("bucket handed over", "bucket", l.Bucket, "to", l.WantedBy)
 				continue
 			}
-			res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).Update("expires_at", expires)
+			renew := map[string]any{"expires_at": expires}
+			if l.WantedBy != "" && !fresh(l) {
+				renew["wanted_by"] = "" // a dead relay's ask
+			}
+			res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).Updates(renew)
 			if res.Error != nil {
 				return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, res.Error)
 			}
@@ -128,10 +136,13 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 			if short == 0 {
 				break
 			}
-			if held[l.Owner] <= fair || l.WantedBy == self {
+			if held[l.Owner] <= fair {
 				continue
 			}
-			res := db.Where("bucket = ? AND owner = ? AND wanted_by = ''", l.Bucket, l.Owner).Update("wanted_by", self)
+			// A new ask, a renewal of this relay's own, or one replacing a
+			// stale ask.
+			res := db.Where("bucket = ? AND owner = ? AND (wanted_by = '' OR wanted_by = ? OR wanted_at <= ?)", l.Bucket, l.Owner, self, staleAsk).
+				Updates(map[string]any{"wanted_by": self, "wanted_at": now})
 			if res.Error != nil {
 				return fmt.Errorf("outbox: ask for bucket %d: %w", l.Bucket, res.Error)
 			}
@@ -153,7 +164,7 @@ func (r *Relay) ensureLeaseRows(ctx context.Context) error {
 	db := r.db.WithContext(ctx)
 	rows := make([]Lease, r.cfg.Buckets)
 	for i := range rows {
-		rows[i] = Lease{Bucket: i, ExpiresAt: time.Unix(0, 0).UTC()}
+		rows[i] = Lease{Bucket: i, ExpiresAt: time.Unix(0, 0).UTC(), WantedAt: time.Unix(1, 0).UTC()}
 	}
 	err := db.Table(r.leaseTable()).Clauses(clause.OnConflict{DoNothing: true}).Create(&rows).Error
 	if err != nil {

@@ -33,5 +33,6 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox_lease` (
   `owner` varchar(255) NOT NULL DEFAULT '',
   `expires_at` datetime(6) NOT NULL,
   `wanted_by` varchar(255) NOT NULL DEFAULT '',
+  `wanted_at` datetime(6) NOT NULL DEFAULT '1970-01-01 00:00:01.000000',
   PRIMARY KEY (`bucket`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -84,6 +84,9 @@ type Lease struct {
 	ExpiresAt time.Time `gorm:"precision:6;not null"`
 	// WantedBy names a relay that asked the owner to hand the bucket over.
 	WantedBy string `gorm:"size:255;not null;default:''"`
+	// WantedAt is when WantedBy last renewed its ask. An ask older than
+	// the lease TTL is stale: its relay is presumed dead and is ignored.
+	WantedAt time.Time `gorm:"precision:6;not null;default:'1970-01-01 00:00:01'"`
 }
 
 // Column limits the message must fit, beyond txmsg's own rules.
