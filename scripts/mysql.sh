@@ -6,6 +6,8 @@
 #   scripts/mysql.sh stop     stop the server only if this script started it
 #   scripts/mysql.sh status   say whether the server answers
 #   scripts/mysql.sh restart  restart the server this script started (used by the chaos suite)
+#   scripts/mysql.sh crash    SIGKILL the server this script started and wait until it answers
+#                             again (mysqld_safe restarts it; otherwise this script does)
 #
 # Without a server on the port: docker compose (service mysql of
 # docker/compose.yml) when a Docker engine answers, else MariaDB from the OS
@@ -173,11 +175,25 @@ restart)
 	[ -f "$marker" ] || { log "not started by this script; refusing to restart it"; exit 1; }
 	service mariadb restart >/dev/null
 	;;
+crash)
+	[ -f "$marker" ] || { log "not started by this script; refusing to crash it"; exit 1; }
+	pid=$(cat /run/mysqld/mysqld.pid 2>/dev/null || pidof -s mariadbd || pidof -s mysqld || true)
+	if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then log "no running server found"; exit 1; fi
+	kill -KILL "$pid"
+	for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	log "server (pid $pid) killed"
+	# mysqld_safe restarts a server that died without removing its pid file.
+	for _ in $(seq 1 150); do listening && break; sleep 0.1; done
+	listening || start_mariadb
+	for _ in $(seq 1 60); do answers && break; sleep 1; done
+	answers || { log "the server did not come back after the crash"; exit 1; }
+	log "server answering again"
+	;;
 status)
 	if answers; then echo "mysql: answering on $host:$port"; else echo "mysql: not answering on $host:$port"; exit 1; fi
 	;;
 *)
-	echo "usage: $0 start|stop|status|restart" >&2
+	echo "usage: $0 start|stop|status|restart|crash" >&2
 	exit 2
 	;;
 esac

@@ -4,6 +4,10 @@
 #   scripts/rocketmq.sh start    start (or reuse) and wait until a message can be sent
 #   scripts/rocketmq.sh stop     stop what this script started
 #   scripts/rocketmq.sh status   print running / not running per process
+#   scripts/rocketmq.sh kill     SIGKILL the broker (a crash; the name server stays up);
+#                                `start` brings it back. Used by the chaos suite.
+#   scripts/rocketmq.sh pause    SIGSTOP the broker (it holds connections but answers nothing)
+#   scripts/rocketmq.sh resume   SIGCONT the broker
 #
 # Two ways to run it, chosen automatically:
 #   - Docker: when `docker info` works, `docker compose -f docker/compose.yml`
@@ -49,7 +53,7 @@ log() { printf 'rocketmq.sh: %s\n' "$*"; }
 die() { printf 'rocketmq.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-	echo "usage: $0 start|stop|status" >&2
+	echo "usage: $0 start|stop|status|kill|pause|resume" >&2
 	exit 2
 }
 
@@ -416,6 +420,34 @@ jar_status() {
 	return $rc
 }
 
+# jar_signal VERB: kill, pause or resume the broker JVM started by this script.
+# No lock: a crash does not wait for a start in progress.
+jar_signal() {
+	local pid
+	pid=$(pid_of broker) || die "broker: not running from this script; nothing to $1"
+	case $1 in
+	kill)
+		kill -KILL "$pid"
+		local i
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$pid" 2>/dev/null && die "broker (pid $pid) survived SIGKILL"
+		rm -f "$RMQ_DIR/broker.pid"
+		log "broker (pid $pid) killed"
+		;;
+	pause)
+		kill -STOP "$pid"
+		log "broker (pid $pid) paused"
+		;;
+	resume)
+		kill -CONT "$pid"
+		log "broker (pid $pid) resumed"
+		;;
+	esac
+}
+
 # ---------------------------------------------------------------- Docker path
 
 compose() {
@@ -453,6 +485,14 @@ docker_stop() {
 	compose rm -f namesrv broker
 }
 
+docker_signal() {
+	case $1 in
+	kill) compose kill -s SIGKILL broker ;;
+	pause) compose pause broker ;;
+	resume) compose unpause broker ;;
+	esac
+}
+
 docker_status() {
 	local rc=0 s
 	for s in namesrv broker; do
@@ -479,7 +519,7 @@ if ! is_loopback "$NS_HOST"; then
 		log "TXMSG_NAMESRV=$NAMESRV is not a loopback address: not starting anything, only checking it"
 		wait_ready
 		;;
-	stop) log "TXMSG_NAMESRV=$NAMESRV is not local: nothing to stop" ;;
+	stop | kill | pause | resume) log "TXMSG_NAMESRV=$NAMESRV is not local: nothing to $cmd" ;;
 	status)
 		if port_open "$NS_HOST" "$NS_PORT"; then
 			echo "namesrv: $NAMESRV answers (remote)"
@@ -502,8 +542,10 @@ case "$mode:$cmd" in
 jar:start) jar_start ;;
 jar:stop) jar_stop ;;
 jar:status) jar_status ;;
+jar:kill | jar:pause | jar:resume) jar_signal "$cmd" ;;
 docker:start) docker_start ;;
 docker:stop) docker_stop ;;
 docker:status) docker_status ;;
+docker:kill | docker:pause | docker:resume) docker_signal "$cmd" ;;
 *) usage ;;
 esac
