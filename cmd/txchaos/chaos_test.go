@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+)
+
+// TestMain lets the chaos run re-execute this test binary as its children.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// infraEnv turns on the broker and database faults of TestChaosShort.
+// They restart the services every other package's tests use, so `make
+// test` sets it only in a step of its own, after all other tests.
+const infraEnv = "TXMSG_CHAOS_INFRA"
+
+// shortConfig is TestChaosShort's schedule: two faults of each kind, a
+// light workload (the test binary and its children may be race builds).
+// Relays get a new name per process, the library's default, so a relay
+// killed while it asks for buckets leaves a stale ask behind (the case
+// adapters/outbox's TestOrderedRelayIgnoresDeadRelaysAsk pins down).
+func shortConfig() config {
+	cfg := defaultConfig()
+	cfg.RelayNames = relayNamesUnique
+	cfg.Duration = 0
+	cfg.FaultsPerKind = 2
+	cfg.MinTx = 0
+	cfg.Rate = 6
+	cfg.Workers = 3
+	cfg.Gap = 500 * time.Millisecond
+	cfg.RecoveryTimeout = 45 * time.Second
+	cfg.Drain = 90 * time.Second
+	cfg.PauseMin, cfg.PauseMax = 4*time.Second, 5*time.Second
+	return cfg
+}
+
+// TestChaosShort runs a short chaos schedule and fails on any violated
+// invariant. Without TXMSG_CHAOS_INFRA=1 it injects process faults only,
+// which are safe while other packages' tests share the broker and the
+// database.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	testbed.RequireBroker(t)
+	if err := dialDSN(testbed.DSN()); err != nil {
+		if testbed.Required() {
+			t.Fatalf("MySQL/MariaDB is not reachable (%v); start it with scripts/mysql.sh start", err)
+		}
+		t.Skipf("MySQL/MariaDB is not reachable (%v); start it with scripts/mysql.sh start", err)
+	}
+	cfg := shortConfig()
+	cfg.Exe = os.Args[0]
+	cfg.Infra = os.Getenv(infraEnv) == "1"
+	if cfg.Infra {
+		// Whatever happens, leave the services running for whoever comes
+		// next.
+		t.Cleanup(func() { restoreForNext(t) })
+	} else {
+		t.Logf("process faults only; set %s=1 (make test does, in a step of its own) for broker and database faults", infraEnv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	prog := &testWriter{t: t}
+	rep, err := run(ctx, cfg, &out, prog)
+	t.Log("\n" + out.String())
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "invariants violated; see the report above and %s", rep.Dir)
+	s := rep.summary()
+	for _, k := range (&runner{cfg: cfg}).enabledKinds() {
+		require.Positive(t, s.Faults[k], "no %s fault was injected", k)
+	}
+	require.Positive(t, s.Committed)
+	require.Zero(t, rep.DataRaces, "a child reported a data race; see the logs in %s", rep.Dir)
+	_ = os.RemoveAll(rep.Dir)
+}
+
+func dialDSN(dsn string) error {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("tcp", cfg.Addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func restoreForNext(t *testing.T) {
+	root, err := findRoot()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for _, step := range [][2]string{{"rocketmq.sh", "resume"}, {"rocketmq.sh", "start"}, {"mysql.sh", "start"}} {
+		out, err := exec.Command(filepath.Join(root, "scripts", step[0]), step[1]).CombinedOutput()
+		if err != nil && step[1] != "resume" {
+			t.Errorf("scripts/%s %s: %v\n%s", step[0], step[1], err, out)
+		}
+	}
+}
+
+// testWriter logs each line written to it.
+type testWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.t.Log(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// TestEvaluateFindsEachViolation feeds the checker a final state with one
+// violation of each kind, so a run that reports zero is not zero by
+// construction.
+func TestEvaluateFindsEachViolation(t *testing.T) {
+	t.Parallel()
+	ok := func(id, mode, key string, seq int) (*attempt, orderRow) {
+		return &attempt{ID: id, Mode: mode, Key: key, Seq: seq, Outcome: outcomeCommitted},
+			orderRow{ID: id, Mode: mode, ShardKey: key, Seq: seq}
+	}
+	s := &snapshot{
+		Attempts: map[string]*attempt{}, Orders: map[string]orderRow{}, Barrier: map[string]string{},
+		Outbox: map[string]outbox.Status{}, Stored: map[string][]storedMsg{}, StoredComplete: true,
+	}
+	add := func(id, mode, key string, seq int) {
+		a, o := ok(id, mode, key, seq)
+		s.Attempts[id], s.Orders[id] = a, o
+		s.Effects = append(s.Effects, effectRow{MsgID: id, Mode: mode, ShardKey: key, Seq: seq})
+		if mode == modeTx {
+			s.Barrier[id] = checker.StateCommitted
+			s.Stored[modeTx] = append(s.Stored[modeTx], storedMsg{ID: id, Key: key, Seq: seq})
+		} else {
+			s.Outbox[id] = outbox.StatusSent
+			s.Stored[modeOutbox] = append(s.Stored[modeOutbox], storedMsg{ID: id, Key: key, Seq: seq, Offset: int64(len(s.Stored[modeOutbox]))})
+		}
+	}
+	add("t1", modeTx, "k", 1)
+	add("o1", modeOutbox, "a", 1)
+	add("o2", modeOutbox, "a", 2)
+	clean := evaluate(s)
+	require.Zero(t, clean.violations(), clean.Examples)
+	require.Equal(t, 3, clean.Modes[modeTx].Attempted+clean.Modes[modeOutbox].Attempted)
+
+	// I1: a committed order whose effect is missing.
+	add("t2", modeTx, "k", 2)
+	s.Effects = s.Effects[:len(s.Effects)-1]
+	// I2: an effect of a rolled-back attempt.
+	s.Attempts["t3"] = &attempt{ID: "t3", Mode: modeTx, Outcome: outcomeRolledBack}
+	s.Effects = append(s.Effects, effectRow{MsgID: "t3", Mode: modeTx})
+	// I3: a second effect.
+	s.Effects = append(s.Effects, effectRow{MsgID: "t1", Mode: modeTx})
+	// I4: the broker stored an event its barrier rolled back.
+	s.Barrier["t4"] = checker.StateRolledBack
+	s.Stored[modeTx] = append(s.Stored[modeTx], storedMsg{ID: "t4"})
+	// I5: key b's seq 1 stored after its seq 2.
+	add("o3", modeOutbox, "b", 2)
+	add("o4", modeOutbox, "b", 1)
+	// I6: a pending outbox row (its order committed and handled).
+	add("o5", modeOutbox, "c", 1)
+	s.Outbox["o5"] = outbox.StatusPending
+	// Outcome: reported committed, no order row.
+	s.Attempts["t5"] = &attempt{ID: "t5", Mode: modeTx, Outcome: outcomeCommitted}
+
+	v := evaluate(s)
+	require.Equal(t, 1, v.Lost, v.Examples)
+	require.Equal(t, 1, v.Phantom, v.Examples)
+	require.Equal(t, 1, v.DuplicateEffects, v.Examples)
+	require.Equal(t, 1, v.Disagreements, v.Examples)
+	require.Equal(t, 1, v.OrderViolations, v.Examples)
+	require.Equal(t, 1, v.Pending, v.Examples)
+	require.Equal(t, 1, v.OutcomeMismatches, v.Examples)
+	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 key b"), v.Examples)
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// prepare fills in what the config leaves to the environment and makes
+// the run directory.
+func (r *runner) prepare() error {
+	if r.cfg.Root == "" {
+		root, err := findRoot()
+		if err != nil {
+			return err
+		}
+		r.cfg.Root = root
+	}
+	if r.cfg.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		r.cfg.Exe = exe
+	}
+	if r.cfg.PauseMax < r.cfg.PauseMin {
+		r.cfg.PauseMax = r.cfg.PauseMin
+	}
+	for _, k := range r.cfg.Kinds {
+		if !slices.Contains(allKinds, k) {
+			return fmt.Errorf("unknown fault kind %q (kinds: %v)", k, allKinds)
+		}
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	r.runID = time.Now().UTC().Format("0102_150405") + "_" + hex.EncodeToString(b[:])
+	r.dir = r.cfg.Dir
+	if r.dir == "" {
+		r.dir = filepath.Join(r.cfg.Root, ".cache", "chaos", r.runID)
+	}
+	r.attemptDir = filepath.Join(r.dir, "attempts")
+	for _, d := range []string{r.attemptDir, filepath.Join(r.dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// findRoot walks up from the working directory to the directory holding
+// scripts/rocketmq.sh.
+func findRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "scripts", "rocketmq.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find scripts/rocketmq.sh above the working directory; pass -root")
+		}
+		dir = parent
+	}
+}
+
+// setup makes the run's database, tables and topics.
+func (r *runner) setup(ctx context.Context) error {
+	base, err := mysql.ParseDSN(r.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("-dsn is not a MySQL DSN: %w", err)
+	}
+	if r.adminDB, err = testbed.Open(base.FormatDSN()); err != nil {
+		return fmt.Errorf("database at %s: %w (start it with scripts/mysql.sh start)", base.Addr, err)
+	}
+	r.dbName = "chaos_" + r.runID
+	if err := r.adminDB.WithContext(ctx).Exec("CREATE DATABASE `" + r.dbName + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
+		return fmt.Errorf("create database %s: %w", r.dbName, err)
+	}
+	run := base.Clone()
+	run.DBName = r.dbName
+	r.dsn = run.FormatDSN()
+	if r.db, err = openDB(r.dsn, 8); err != nil {
+		return err
+	}
+	chk, err := checker.New(r.db, checker.Config{})
+	if err != nil {
+		return err
+	}
+	ob, err := outbox.New(r.db, outbox.Config{})
+	if err != nil {
+		return err
+	}
+	inbox, err := txmsg.NewInbox(r.db, txmsg.InboxConfig{})
+	if err != nil {
+		return err
+	}
+	for _, m := range []func(context.Context) error{chk.Migrate, ob.Migrate, inbox.Migrate, func(ctx context.Context) error { return migrateWorkload(ctx, r.db) }} {
+		if err := m(ctx); err != nil {
+			return err
+		}
+	}
+
+	r.adm, err = admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{r.cfg.NameServer})))
+	if err != nil {
+		return fmt.Errorf("rocketmq admin: %w", err)
+	}
+	r.topics = map[string]string{}
+	for _, m := range modes {
+		name := "chaos_" + r.runID + "_" + m
+		if err := r.createTopic(ctx, name); err != nil {
+			return err
+		}
+		r.topics[m] = name
+	}
+	return nil
+}
+
+func (r *runner) createTopic(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := r.adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(r.cfg.Broker),
+		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4))
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w (start RocketMQ with scripts/rocketmq.sh start)", name, err)
+	}
+	for {
+		mqs, err := r.adm.FetchPublishMessageQueues(ctx, name)
+		if err == nil && len(mqs) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s has no route after creation: %v", name, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// teardown drops the run's database and topics unless keep.
+func (r *runner) teardown(keep bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if r.db != nil {
+		if sqlDB, err := r.db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	}
+	if keep {
+		r.logf("kept database %s, topics %v and run directory %s", r.dbName, r.topics, r.dir)
+	}
+	if r.adm != nil {
+		if !keep {
+			for _, t := range r.topics {
+				_ = r.adm.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(r.cfg.Broker),
+					admin.WithNameSrvAddr([]string{r.cfg.NameServer}))
+			}
+		}
+		_ = r.adm.Close()
+	}
+	if r.adminDB != nil {
+		if !keep && r.dbName != "" {
+			_ = r.adminDB.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.dbName + "`").Error
+		}
+		if sqlDB, err := r.adminDB.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	}
+}

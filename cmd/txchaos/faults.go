@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Fault kinds.
+const (
+	// kindHalfSent SIGKILLs the transactional producer after the half
+	// message is stored and before its local transaction begins: the
+	// check-back (from its next incarnation) answers ROLLBACK.
+	kindHalfSent = "producer-kill-half-sent"
+	// kindAfterCommit SIGKILLs a producer after its local transaction
+	// committed, before END_TRANSACTION (transactional) or the relay nudge
+	// (outbox): the check-back answers COMMIT; the relay finds the row.
+	// Every fourth time the transactional producer stays down past the
+	// check window, so the sweeper must deliver the event.
+	kindAfterCommit = "producer-kill-after-commit"
+	// kindProducerRandom SIGKILLs a producer wherever it is.
+	kindProducerRandom = "producer-kill-random"
+	// kindRelay SIGKILLs a relay after it published a batch and before it
+	// marked the rows sent: they are published again.
+	kindRelay = "relay-kill-mid-batch"
+	// kindConsumer SIGKILLs the consumer inside a handler (effect written,
+	// not committed) or after the commit and before the acknowledgement.
+	kindConsumer = "consumer-kill-mid-handler"
+	// kindBrokerKill SIGKILLs the broker JVM and starts it again.
+	kindBrokerKill = "broker-kill-restart"
+	// kindDBRestart restarts the database, in turn: a clean restart, a
+	// SIGKILL of the server (mysqld_safe restarts it at once), and a stop
+	// for longer than the broker's transaction check window.
+	kindDBRestart = "db-restart"
+	// kindBrokerPause freezes the broker (SIGSTOP) for longer than the
+	// send timeout, then resumes it.
+	kindBrokerPause = "broker-pause"
+	// kindPlainKill is what an armed kill becomes when its point is not
+	// reached in time: a plain SIGKILL. Never scheduled.
+	kindPlainKill = "process-kill-plain"
+)
+
+var allKinds = []string{kindHalfSent, kindAfterCommit, kindProducerRandom, kindRelay, kindConsumer,
+	kindBrokerKill, kindDBRestart, kindBrokerPause}
+
+var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true}
+
+// producerDownFor outlasts the test broker's check window
+// (transactionTimeOut 1 s + transactionCheckMax 5 × 1 s).
+const producerDownFor = 10 * time.Second
+
+// pointTimeout bounds the wait for an armed kill point.
+const pointTimeout = 20 * time.Second
+
+// faultRecord is one injected fault.
+type faultRecord struct {
+	N      int    `json:"n"`
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+	// Start is when the fault began; End when it was over: the process
+	// dead, the service back, the broker resumed.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Recovery is the time from End until the pipeline is whole again:
+	// transactions begun after End have had their events handled in both
+	// modes (Fresh; SlowestMode took longest) and so have all orders
+	// committed before End (CaughtUp). Unrecovered: not within the
+	// recovery timeout.
+	Recovery    time.Duration `json:"recovery"`
+	Fresh       time.Duration `json:"fresh"`
+	CaughtUp    time.Duration `json:"caught_up"`
+	SlowestMode string        `json:"slowest_mode,omitempty"`
+	Unrecovered bool          `json:"unrecovered,omitempty"`
+	Stuck       string        `json:"stuck,omitempty"` // why not, when Unrecovered
+	Err         string        `json:"err,omitempty"`
+}
+
+// inject injects one fault of kind and returns its record.
+func (r *runner) inject(ctx context.Context, kind string) faultRecord {
+	r.turn[kind]++
+	odd := r.turn[kind]%2 == 1
+	switch kind {
+	case kindHalfSent:
+		return r.killAt(ctx, kind, r.prodTx, syscall.SIGUSR1)
+	case kindAfterCommit:
+		if r.turn[kind]%4 == 3 {
+			// The only producer of the group stays dead past the broker's
+			// check window: no one answers the check-backs, the broker
+			// discards the committed half message, and only the sweeper
+			// can deliver the event.
+			r.prodTx.holdRestart(producerDownFor)
+			rec := r.killAt(ctx, kind, r.prodTx, syscall.SIGUSR2)
+			rec.Detail += fmt.Sprintf(", restarted after %s", producerDownFor)
+			return rec
+		}
+		return r.killAt(ctx, kind, pick(odd, r.prodTx, r.prodOutbox), syscall.SIGUSR2)
+	case kindProducerRandom:
+		return r.killNow(ctx, kind, pick(odd, r.prodTx, r.prodOutbox))
+	case kindRelay:
+		return r.killAt(ctx, kind, r.relays[r.rng.IntN(len(r.relays))], syscall.SIGUSR1)
+	case kindConsumer:
+		return r.killAt(ctx, kind, r.consumer, pick(odd, syscall.SIGUSR1, syscall.SIGUSR2))
+	case kindBrokerKill:
+		rec := faultRecord{Kind: kind, Start: time.Now()}
+		if err := r.script(ctx, "rocketmq.sh", "kill"); err != nil {
+			rec.Err = err.Error()
+			return rec
+		}
+		down := time.Duration(r.rng.Int64N(int64(2 * time.Second)))
+		rec.Detail = fmt.Sprintf("broker SIGKILLed, started again after %s", down.Round(time.Millisecond))
+		sleep(ctx, down)
+		if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
+			rec.Err = err.Error()
+		}
+		rec.End = time.Now()
+		return rec
+	case kindDBRestart:
+		rec := faultRecord{Kind: kind, Start: time.Now()}
+		var err error
+		switch r.turn[kind] % 3 {
+		case 1:
+			rec.Detail = "mysql.sh restart"
+			err = r.script(ctx, "mysql.sh", "restart")
+		case 2:
+			rec.Detail = "mysql.sh crash (SIGKILL; mysqld_safe restarts it)"
+			err = r.script(ctx, "mysql.sh", "crash")
+		default:
+			// Longer than the broker's check window (about 6 s on the test
+			// broker): half messages waiting for a check-back are discarded
+			// and the sweeper must republish the committed ones.
+			down := 7*time.Second + time.Duration(r.rng.Int64N(int64(3*time.Second)))
+			rec.Detail = fmt.Sprintf("mysql.sh stop, start again after %s", down.Round(time.Millisecond))
+			if err = r.script(ctx, "mysql.sh", "stop"); err == nil {
+				sleep(ctx, down)
+				err = r.retryScript(ctx, "mysql.sh", "start")
+			}
+		}
+		if err != nil {
+			rec.Err = err.Error()
+			if err := r.retryScript(ctx, "mysql.sh", "start"); err != nil {
+				rec.Err += "; " + err.Error()
+			}
+		}
+		rec.End = time.Now()
+		return rec
+	case kindBrokerPause:
+		pause := r.cfg.PauseMin + time.Duration(r.rng.Int64N(int64(r.cfg.PauseMax-r.cfg.PauseMin)+1))
+		rec := faultRecord{Kind: kind, Detail: fmt.Sprintf("broker frozen for %s", pause.Round(time.Millisecond)), Start: time.Now()}
+		if err := r.script(ctx, "rocketmq.sh", "pause"); err != nil {
+			rec.Err = err.Error()
+			return rec
+		}
+		sleep(ctx, pause)
+		if err := r.script(context.WithoutCancel(ctx), "rocketmq.sh", "resume"); err != nil {
+			rec.Err = err.Error()
+		}
+		rec.End = time.Now()
+		return rec
+	}
+	return faultRecord{Kind: kind, Err: "unknown fault kind"}
+}
+
+func pick[T any](first bool, a, b T) T {
+	if first {
+		return a
+	}
+	return b
+}
+
+// killAt arms p's kill point with sig and waits for p to die there; when
+// the point is not reached in time it SIGKILLs p plainly.
+func (r *runner) killAt(ctx context.Context, kind string, p *proc, sig syscall.Signal) faultRecord {
+	rec := faultRecord{Kind: kind, Detail: p.name}
+	if err := p.waitReady(ctx, time.Minute); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	_, _, exited := p.incarnation()
+	rec.Start = time.Now()
+	if err := p.signal(sig); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	select {
+	case <-exited:
+	case <-time.After(pointTimeout):
+		_ = p.signal(syscall.SIGKILL)
+		<-exited
+	case <-ctx.Done():
+		rec.Err = ctx.Err().Error()
+		return rec
+	}
+	rec.End = time.Now()
+	if pt := p.endedAt(); pt != "" {
+		rec.Detail = p.name + " at " + pt
+	} else {
+		rec.Kind = kindPlainKill
+		rec.Detail = fmt.Sprintf("%s: %s point not reached in %s; plain SIGKILL", p.name, kind, pointTimeout)
+	}
+	return rec
+}
+
+// killNow SIGKILLs p wherever it is.
+func (r *runner) killNow(ctx context.Context, kind string, p *proc) faultRecord {
+	rec := faultRecord{Kind: kind, Detail: p.name}
+	if err := p.waitReady(ctx, time.Minute); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	_, _, exited := p.incarnation()
+	rec.Start = time.Now()
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	<-exited
+	rec.End = time.Now()
+	return rec
+}
+
+// script runs scripts/<name> verb, logging its output to the run's
+// scripts.log.
+func (r *runner) script(ctx context.Context, name, verb string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(r.cfg.Root, "scripts", name), verb)
+	cmd.Dir = r.cfg.Root
+	cmd.Env = append(os.Environ(), "TXMSG_NAMESRV="+r.cfg.NameServer)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	if f, ferr := os.OpenFile(filepath.Join(r.dir, "logs", "scripts.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
+		fmt.Fprintf(f, "=== %s %s %s (%s, err %v)\n%s", start.UTC().Format(time.RFC3339Nano), name, verb, time.Since(start).Round(time.Millisecond), err, out.String())
+		_ = f.Close()
+	}
+	if err != nil {
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		return fmt.Errorf("scripts/%s %s: %w: %s", name, verb, err, lines[len(lines)-1])
+	}
+	return nil
+}
+
+// retryScript runs a start script until it succeeds, up to three times.
+func (r *runner) retryScript(ctx context.Context, name, verb string) error {
+	var err error
+	for range 3 {
+		if err = r.script(context.WithoutCancel(ctx), name, verb); err == nil {
+			return nil
+		}
+		sleep(ctx, 2*time.Second)
+	}
+	return err
+}
+
+// restoreServices leaves the broker and the database running, whatever
+// state a fault left them in.
+func (r *runner) restoreServices(ctx context.Context) error {
+	if !r.cfg.Infra {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	_ = r.script(ctx, "rocketmq.sh", "resume")
+	if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
+		return err
+	}
+	return r.retryScript(ctx, "mysql.sh", "start")
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
