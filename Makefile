@@ -9,13 +9,24 @@ export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&lo
 
 .PHONY: test unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
 
-## test: start RocketMQ and MariaDB if needed, then run all tests with the race detector.
+# Modules of their own, so that the core module requires neither Prometheus
+# nor OpenTelemetry. `go test ./...` at the root skips them; these targets
+# run them with the same environment.
+NESTED_MODULES := adapters/prometheus adapters/otel
+in_nested = set -e; for m in $(NESTED_MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done
+
+## test: start RocketMQ and MariaDB if needed, then run all tests with the race detector; the chaos
+## suite's short run goes last and alone, because it kills and restarts the broker and the database.
+CHAOS_PKG := ./cmd/txchaos
 test: services-up vet fmt-check wire-check
-	TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 25m ./...
+	TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(CHAOS_PKG))")
+	@$(call in_nested,TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m ./...)
+	TXMSG_REQUIRE_SERVICES=1 TXMSG_CHAOS_INFRA=1 $(GO) test -race -count=1 -timeout 15m $(CHAOS_PKG)
 
 ## unit: the tests that need no services (others skip).
 unit:
 	$(GO) test -race -count=1 ./...
+	@$(call in_nested,$(GO) test -race -count=1 ./...)
 
 services-up:
 	scripts/mysql.sh start
@@ -31,9 +42,10 @@ services-status:
 
 vet:
 	$(GO) vet ./...
+	@$(call in_nested,$(GO) vet ./...)
 
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 ## wire-check: fail when a wire_gen.go is stale: regenerate in a temporary copy of the module and diff.
@@ -52,3 +64,19 @@ DEMO_BIN := .cache/demo/orderservice
 demo: services-up
 	$(GO) build -o $(DEMO_BIN) ./examples/orderservice
 	$(GO) run ./examples/orderservice/cmd/demo -service $(DEMO_BIN) -mode $(MODE)
+
+## bench: cmd/txbench side by side with the naive way and the raw client on the real services (about 5 min;
+## BENCH_FLAGS=-json for one JSON object), then the in-process micro-benchmarks. See docs/benchmarks.md.
+BENCH_BIN := .cache/bench/txbench
+bench: services-up
+	$(GO) build -o $(BENCH_BIN) ./cmd/txbench
+	$(BENCH_BIN) $(BENCH_FLAGS)
+	$(GO) test -run '^$$' -bench . -benchmem ./txmsg/ ./adapters/rocketmq/
+
+## chaos: cmd/txchaos: an order workload in both modes, producer/relay/consumer as separate processes, with
+## process kills, broker kills and pauses and database restarts injected under load; checks I1-I6 and exits
+## non-zero on a violation (about 10 min; CHAOS_FLAGS, e.g. -duration 20m -faults 20). See docs/reliability.md.
+CHAOS_BIN := .cache/chaos/txchaos
+chaos: services-up
+	$(GO) build -o $(CHAOS_BIN) $(CHAOS_PKG)
+	$(CHAOS_BIN) $(CHAOS_FLAGS)
