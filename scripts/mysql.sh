@@ -6,6 +6,7 @@
 #   scripts/mysql.sh stop     stop the server only if this script started it
 #   scripts/mysql.sh status   say whether the server answers
 #   scripts/mysql.sh restart  restart the server this script started (used by the chaos suite)
+#   scripts/mysql.sh owns     exit 0 when the running server was started by this script
 #   scripts/mysql.sh crash    SIGKILL the server this script started and wait until it answers
 #                             again (mysqld_safe restarts it; otherwise this script does)
 #
@@ -189,11 +190,14 @@ crash)
 	answers || { log "the server did not come back after the crash"; exit 1; }
 	log "server answering again"
 	;;
+owns)
+	[ -f "$marker" ] && listening
+	;;
 status)
 	if answers; then echo "mysql: answering on $host:$port"; else echo "mysql: not answering on $host:$port"; exit 1; fi
 	;;
 *)
-	echo "usage: $0 start|stop|status|restart|crash" >&2
+	echo "usage: $0 start|stop|status|restart|crash|owns" >&2
 	exit 2
 	;;
 esac

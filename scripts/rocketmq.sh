@@ -8,6 +8,8 @@
 #                                `start` brings it back. Used by the chaos suite.
 #   scripts/rocketmq.sh pause    SIGSTOP the broker (it holds connections but answers nothing)
 #   scripts/rocketmq.sh resume   SIGCONT the broker
+#   scripts/rocketmq.sh owns     exit 0 when the running broker was started by this
+#                                script (so kill/pause/resume can act on it)
 #
 # Two ways to run it, chosen automatically:
 #   - Docker: when `docker info` works, `docker compose -f docker/compose.yml`
@@ -53,7 +55,7 @@ log() { printf 'rocketmq.sh: %s\n' "$*"; }
 die() { printf 'rocketmq.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-	echo "usage: $0 start|stop|status|kill|pause|resume" >&2
+	echo "usage: $0 start|stop|status|kill|pause|resume|owns" >&2
 	exit 2
 }
 
@@ -520,6 +522,7 @@ if ! is_loopback "$NS_HOST"; then
 		wait_ready
 		;;
 	stop | kill | pause | resume) log "TXMSG_NAMESRV=$NAMESRV is not local: nothing to $cmd" ;;
+	owns) exit 1 ;;
 	status)
 		if port_open "$NS_HOST" "$NS_PORT"; then
 			echo "namesrv: $NAMESRV answers (remote)"
@@ -543,9 +546,11 @@ jar:start) jar_start ;;
 jar:stop) jar_stop ;;
 jar:status) jar_status ;;
 jar:kill | jar:pause | jar:resume) jar_signal "$cmd" ;;
+jar:owns) pid_of broker >/dev/null ;;
 docker:start) docker_start ;;
 docker:stop) docker_stop ;;
 docker:status) docker_status ;;
 docker:kill | docker:pause | docker:resume) docker_signal "$cmd" ;;
+docker:owns) docker_running broker ;;
 *) usage ;;
 esac
