@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,12 +60,18 @@ type Sweeper struct {
 	pc     rmq.PushConsumer
 	groups map[string]bool
 
+	opts []consumer.Option
 	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
 
 	mu      sync.Mutex
 	started bool
 	closed  bool
 }
+
+// topicRetryEvery is how often a started sweeper looks for
+// CheckMaxTimeTopic while the broker has not created it yet.
+const topicRetryEvery = 5 * time.Second
 
 // NewSweeper validates cfg and builds a sweeper that resolves through chk
 // and republishes through pub (usually a [Publisher]).
@@ -98,7 +106,16 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
-	opts := append(consumerOptions(&cc), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+	s.opts = append(consumerOptions(&cc), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+	return s, nil
+}
+
+// newConsumer builds a push consumer subscribed to CheckMaxTimeTopic. The
+// client cannot start a consumer again after a failed Start, so each try
+// gets a new one (consumerOptions gives each its own instance name).
+func (s *Sweeper) newConsumer() (rmq.PushConsumer, error) {
+	opts := append([]consumer.Option(nil), s.opts...)
+	opts = append(opts, consumer.WithInstance(fmt.Sprintf("txmsg-sweeper-%d-%s", os.Getpid(), txmsg.NewID())))
 	pc, err := rmq.NewPushConsumer(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new sweeper: %w", err)
@@ -106,13 +123,25 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 	if err := pc.Subscribe(CheckMaxTimeTopic, consumer.MessageSelector{}, s.consume); err != nil {
 		return nil, fmt.Errorf("rocketmq: sweeper subscribe %s: %w", CheckMaxTimeTopic, err)
 	}
-	s.pc = pc
-	return s, nil
+	return pc, nil
+}
+
+// startConsumer builds and starts a consumer; missing reports that the
+// topic does not exist yet.
+func (s *Sweeper) startConsumer() (pc rmq.PushConsumer, missing bool, err error) {
+	pc, err = s.newConsumer()
+	if err != nil {
+		return nil, false, err
+	}
+	if err := pc.Start(); err != nil {
+		return nil, strings.Contains(err.Error(), "route info not found"), fmt.Errorf("rocketmq: start sweeper: %w", err)
+	}
+	return pc, false, nil
 }
 
 // Start begins consuming. The broker creates [CheckMaxTimeTopic] when it
-// first discards a half message; until then the client logs that the topic
-// has no route and looks again every 30 s.
+// first discards a half message; while it does not exist, Start succeeds and
+// the sweeper looks for it every few seconds in the background.
 func (s *Sweeper) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,27 +154,75 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.pc.Start(); err != nil {
-		return fmt.Errorf("rocketmq: start sweeper: %w", err)
+	pc, missing, err := s.startConsumer()
+	switch {
+	case err == nil:
+		s.pc = pc
+	case missing:
+		s.log.Info("the broker has not discarded any half message yet, so " + CheckMaxTimeTopic + " does not exist; looking for it in the background")
+		s.wg.Add(1)
+		go s.awaitTopic()
+	default:
+		return err
 	}
 	s.started = true
 	return nil
+}
+
+// awaitTopic starts the consumer once CheckMaxTimeTopic exists.
+func (s *Sweeper) awaitTopic() {
+	defer s.wg.Done()
+	tick := time.NewTicker(topicRetryEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+		}
+		pc, missing, err := s.startConsumer()
+		if err != nil {
+			if !missing {
+				s.log.Warn("cannot start the sweeper's consumer; will retry", "err", err)
+			}
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			pc.Suspend()
+			_ = pc.Shutdown()
+			return
+		}
+		s.pc = pc
+		s.mu.Unlock()
+		s.log.Info("sweeping " + CheckMaxTimeTopic)
+		return
+	}
 }
 
 // Close stops consuming. A half message being swept is either finished or
 // left unacknowledged for the next sweeper.
 func (s *Sweeper) Close(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
 	close(s.done)
-	if !s.started {
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	pc := s.pc
+	s.mu.Unlock()
+	if pc == nil {
 		return nil
 	}
-	if err := s.pc.Shutdown(); err != nil {
+	// Suspend first: the client's Shutdown races with a rebalance still
+	// under way.
+	pc.Suspend()
+	if err := pc.Shutdown(); err != nil {
 		return fmt.Errorf("rocketmq: sweeper shutdown: %w", err)
 	}
 	return nil
