@@ -318,3 +318,38 @@ func TestTransactionalDeadBrokerRunsNothing(t *testing.T) {
 	_, err = tr.Transact(context.Background(), &txmsg.Message{Topic: "txmsg_nowhere"}, func(context.Context, *gorm.DB) error { return nil })
 	require.ErrorIs(t, err, txmsg.ErrClosed)
 }
+
+// With the database unreachable the local transaction cannot begin: the
+// caller gets the error, the half message is rolled back, and nothing is
+// delivered.
+func TestTransactionalDatabaseDownRunsNothing(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	proxy, cutDB := testbed.ProxiedDB(t, e.dsn)
+	tr := e.start(t, cutDB, e.chk, nil)
+
+	proxy.Cut()
+	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	ran := false
+	receipt, err := tr.Transact(context.Background(), msg, func(ctx context.Context, tx *gorm.DB) error {
+		ran = true
+		return createOrder("x")(ctx, tx)
+	})
+	require.Error(t, err)
+	require.False(t, ran)
+	require.NotNil(t, receipt)
+	require.Equal(t, txmsg.StateRolledBack, receipt.State)
+	obs.NeverDelivered(t, msg.ID, 4*time.Second)
+	require.Zero(t, e.orders(t))
+
+	// Once the database is back the same producer works again.
+	proxy.Restore()
+	var next *txmsg.Message
+	require.Eventually(t, func() bool {
+		next = &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+		_, err := tr.Transact(context.Background(), next, createOrder("y"))
+		return err == nil
+	}, 20*time.Second, 200*time.Millisecond)
+	obs.Delivered(t, next.ID)
+}
