@@ -3,8 +3,8 @@
 //
 // Every transactional send inserts a barrier row (tx_id, 'committed') as the
 // first statement of its local transaction ([Checker.Begin]). A check-back
-// calls [Checker.Resolve], which tries to insert (tx_id, 'rolled_back') and
-// then reads the row back:
+// calls [Checker.Resolve], which reads the row and, only when there is
+// none, tries to insert (tx_id, 'rolled_back') and reads it back:
 //
 //   - the local transaction committed: the insert is ignored, the row says
 //     committed, the answer is COMMIT;
