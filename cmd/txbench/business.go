@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
@@ -203,11 +204,17 @@ func (b *bench) runB2(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = tr.Close(context.WithoutCancel(ctx)) }()
+	return b.sendOrders(ctx, "B2", tr, topic)
+}
+
+// sendOrders runs one business phase through a Transactor: each operation
+// writes an order and sends its OrderCreated with txmsg.Producer.Send.
+func (b *bench) sendOrders(ctx context.Context, phase string, tr txmsg.Transactor, topic string) error {
 	orders, err := txmsg.NewProducer(tr, txmsg.Topic[OrderCreated]{Name: topic})
 	if err != nil {
 		return err
 	}
-	res, err := closedLoop(ctx, b.progress, b.businessSpec("B2"), func(ctx context.Context, seq int64) error {
+	res, err := closedLoop(ctx, b.progress, b.businessSpec(phase), func(ctx context.Context, seq int64) error {
 		o, evt := newOrder(seq)
 		_, err := orders.Send(ctx, evt, func(ctx context.Context, tx *gorm.DB) error { return tx.Create(o).Error },
 			txmsg.WithKeys(o.OrderNo))
@@ -216,7 +223,7 @@ func (b *bench) runB2(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.res.load("b2", res)
+	b.res.load(strings.ToLower(phase), res)
 	return nil
 }
 
@@ -235,19 +242,5 @@ func (b *bench) runB3(ctx context.Context) error {
 		return err
 	}
 	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3", "outbox_b3_lease")
-	orders, err := txmsg.NewProducer(ob, txmsg.Topic[OrderCreated]{Name: "txbench_" + b.env.runID + "_b3"})
-	if err != nil {
-		return err
-	}
-	res, err := closedLoop(ctx, b.progress, b.businessSpec("B3"), func(ctx context.Context, seq int64) error {
-		o, evt := newOrder(seq)
-		_, err := orders.Send(ctx, evt, func(ctx context.Context, tx *gorm.DB) error { return tx.Create(o).Error },
-			txmsg.WithKeys(o.OrderNo))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	b.res.load("b3", res)
-	return nil
+	return b.sendOrders(ctx, "B3", ob, "txbench_"+b.env.runID+"_b3")
 }
