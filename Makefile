@@ -12,7 +12,7 @@ export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&lo
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. `go test ./...` at the root skips them; these targets
 # run them with the same environment.
-NESTED_MODULES := adapters/prometheus adapters/otel
+NESTED_MODULES := adapters/txprom adapters/txotel
 in_nested = set -e; for m in $(NESTED_MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done
 
 ## test: start RocketMQ and MariaDB if needed, then run all tests with the race detector; the chaos
@@ -71,7 +71,7 @@ BENCH_BIN := .cache/bench/txbench
 bench: services-up
 	$(GO) build -o $(BENCH_BIN) ./cmd/txbench
 	$(BENCH_BIN) $(BENCH_FLAGS)
-	$(GO) test -run '^$$' -bench . -benchmem ./txmsg/ ./adapters/rocketmq/
+	$(GO) test -run '^$$' -bench . -benchmem ./txmsg/ ./adapters/txrmq/
 
 ## chaos: cmd/txchaos: an order workload in both modes, producer/relay/consumer as separate processes, with
 ## process kills, broker kills and pauses and database restarts injected under load; checks I1-I6 and exits

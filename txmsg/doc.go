@@ -10,7 +10,7 @@
 //
 // Two modes implement [Transactor]:
 //
-//   - transactional mode, in package adapters/rocketmq, sends a RocketMQ half
+//   - transactional mode, in package adapters/txrmq, sends a RocketMQ half
 //     message, runs the local transaction, and answers the broker's
 //     check-backs from a barrier table (package checker);
 //   - local-table mode, in package adapters/outbox, writes the event to an

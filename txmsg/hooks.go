@@ -12,8 +12,8 @@ import (
 // never block. A panicking hook is recovered and ignored.
 //
 // Metrics and tracing live in optional packages built on these
-// interfaces, each a Go module of its own (adapters/prometheus,
-// adapters/otel), so the core imports neither Prometheus nor
+// interfaces, each a Go module of its own (adapters/txprom,
+// adapters/txotel), so the core imports neither Prometheus nor
 // OpenTelemetry.
 type Hook any
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -34,7 +34,7 @@ func brokerEnv(t *testing.T) *env {
 	testbed.QuietClientLogs()
 	testbed.RequireBroker(t)
 	bridgeOnce.Do(func() {
-		pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 			NameServers: []string{testbed.NameServer()},
 			Group:       "txmsg_outbox_test_bridge",
 		}})
@@ -49,11 +49,11 @@ func brokerEnv(t *testing.T) *env {
 
 // brokerPublisher starts a real publisher, closed when the test ends
 // (after the relays that use it, which start later).
-func brokerPublisher(t *testing.T) *rocketmq.Publisher {
+func brokerPublisher(t *testing.T) *txrmq.Publisher {
 	t.Helper()
 	// No test logger here: the client's log bridge is process-wide and
 	// outlives the test.
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 		NameServers: []string{testbed.NameServer()},
 		Group:       testbed.Name(t, "pub"),
 	}})

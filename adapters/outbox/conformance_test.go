@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/conformance"
 	"github.com/txmsg/txmsg/internal/testbed"
 )
@@ -21,8 +21,8 @@ func TestOutboxConformance(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, ob.Migrate(context.Background()))
 		topic := testbed.Topic(t)
-		pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{
-			Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "confpub")},
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+			Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "confpub")},
 			Topics: []string{topic},
 		})
 		require.NoError(t, err)

@@ -7,7 +7,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -25,7 +25,7 @@ func Example() {
 	if err := ob.Migrate(ctx); err != nil { // or apply outbox.sql
 		log.Fatal(err)
 	}
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 		NameServers: []string{"127.0.0.1:9876"},
 		Group:       "order-service",
 	}})

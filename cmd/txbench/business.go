@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -193,8 +193,8 @@ func (b *bench) runB2(ctx context.Context) error {
 	if err := chk.Migrate(ctx); err != nil {
 		return err
 	}
-	tr, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
-		Config: rocketmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b2"), Logger: b.log},
+	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b2"), Logger: b.log},
 		Topics: []string{topic},
 	}, b.env.db, chk)
 	if err != nil {

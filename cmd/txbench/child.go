@@ -15,7 +15,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 )
 
 // childEnv, when set in the environment, makes the binary (or the test
@@ -86,8 +86,8 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 			_ = s.Close()
 		}
 	}()
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{
-		Config: rocketmq.Config{NameServers: []string{spec.NameServer}, Group: spec.Group, Logger: log},
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+		Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.Group, Logger: log},
 		Topics: []string{spec.Topic},
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -125,8 +125,8 @@ func (b *bench) runB5(ctx context.Context) error {
 		return err
 	}
 	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b5", "outbox_b5_lease")
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{
-		Config: rocketmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b5"), Logger: b.log},
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b5"), Logger: b.log},
 		Topics: []string{topic},
 	})
 	if err != nil {

@@ -5,7 +5,7 @@
 //	B0  business transaction alone: insert an order row, commit
 //	B1  naive and unsafe: B0, then a plain SendSync after the commit
 //	B2  transactional mode: the same insert through txmsg.Producer.Send
-//	    over rocketmq.NewTransactional
+//	    over txrmq.NewTransactional
 //	B3  local-table mode, enqueue side: the same insert plus an outbox row
 //	    through txmsg.Producer.Send over outbox.Transact, no relay running
 //	B4  relays draining a pre-filled outbox backlog, against

@@ -10,7 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -56,8 +56,8 @@ func runRelay(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.Log
 		return fmt.Errorf("open database: %w", err)
 	}
 	topic := spec.Topics[modeOutbox]
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{
-		Config: rocketmq.Config{NameServers: []string{spec.NameServer}, Group: spec.RelayGroup, Logger: log},
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+		Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.RelayGroup, Logger: log},
 		Topics: []string{topic},
 	})
 	if err != nil {
@@ -135,8 +135,8 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	for _, mode := range modes {
 		routes = append(routes, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[mode]}, handler(mode)))
 	}
-	c, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
-		Config:          rocketmq.Config{NameServers: []string{spec.NameServer}, Group: spec.ConsumerGroup, Logger: log},
+	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
+		Config:          txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.ConsumerGroup, Logger: log},
 		Concurrency:     8,
 		RetryDelayLevel: consumerRetryLevel,
 	}, inbox, routes...)
@@ -162,8 +162,8 @@ func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{
-		Config: rocketmq.Config{NameServers: []string{spec.NameServer}, Group: spec.SweeperPubGroup, Logger: log},
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+		Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.SweeperPubGroup, Logger: log},
 		Topics: []string{spec.Topics[modeTx]},
 	})
 	if err != nil {
@@ -173,8 +173,8 @@ func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = pub.Close(context.Background()) }()
-	sw, err := rocketmq.NewSweeper(rocketmq.SweeperConfig{
-		Config:          rocketmq.Config{NameServers: []string{spec.NameServer}, Group: spec.SweeperGroup, Logger: log},
+	sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{
+		Config:          txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.SweeperGroup, Logger: log},
 		ProducerGroups:  []string{spec.TxGroup},
 		HoldFor:         20 * time.Second,
 		RetryDelayLevel: consumerRetryLevel,

@@ -13,11 +13,11 @@
 // Processes (each a re-execution of this binary, restarted by a supervisor
 // loop whenever it dies):
 //
-//	producer-tx      transactional mode: rocketmq.Transactional + barrier
+//	producer-tx      transactional mode: txrmq.Transactional + barrier
 //	producer-outbox  local-table mode: outbox.Outbox
 //	relay-0, relay-1 ordered outbox relays
-//	consumer         rocketmq.Consumer + txmsg.Inbox for both topics
-//	sweeper          rocketmq.Sweeper for half messages past the check window
+//	consumer         txrmq.Consumer + txmsg.Inbox for both topics
+//	sweeper          txrmq.Sweeper for half messages past the check window
 //
 // Fault kinds: see faults.go. Progress goes to stderr, the report to stdout;
 // its last line is one JSON object. The exit status is 1 when an invariant

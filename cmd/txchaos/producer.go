@@ -13,7 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -72,8 +72,8 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 		if err != nil {
 			return err
 		}
-		t, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
-			Config: rocketmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup, Logger: log, Hooks: hooks},
+		t, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+			Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup, Logger: log, Hooks: hooks},
 			Topics: []string{topic},
 		}, db, chk)
 		if err != nil {

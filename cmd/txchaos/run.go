@@ -15,7 +15,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	"github.com/txmsg/txmsg/internal/testbed"
 )
 

@@ -19,7 +19,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -324,9 +324,9 @@ func (p *publishFlags) resolve(e *env) error {
 	return nil
 }
 
-func (p *publishFlags) config(e *env, topics []string) rocketmq.PublisherConfig {
-	return rocketmq.PublisherConfig{
-		Config: rocketmq.Config{
+func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
+	return txrmq.PublisherConfig{
+		Config: txrmq.Config{
 			NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }),
 			Group:       p.group,
 			Namespace:   p.namespace,
@@ -368,7 +368,7 @@ func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publish
 	if len(msgs) == 0 {
 		return notFound(d.ids, found)
 	}
-	pub, err := rocketmq.NewPublisher(pf.config(e, topics))
+	pub, err := txrmq.NewPublisher(pf.config(e, topics))
 	if err != nil {
 		return usageError("%v", err)
 	}

@@ -16,8 +16,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
-	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -289,7 +289,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 	type event struct{ N int }
 	var mu sync.Mutex
 	var got []txmsg.Delivery[event]
-	cons, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: group}},
+	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group}},
 		inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[event]) error {
 			mu.Lock()
 			defer mu.Unlock()

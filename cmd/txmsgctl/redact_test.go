@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -62,17 +62,17 @@ func TestSecretsNeverAppear(t *testing.T) {
 	topic := testbed.Topic(t)
 
 	// Configs themselves, however they are printed or logged.
-	cfg := rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "pg"), AccessKey: accessKey, SecretKey: secretKey,
+	cfg := txrmq.Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "pg"), AccessKey: accessKey, SecretKey: secretKey,
 		SecurityToken: token, Logger: log, ClientLogLevel: slog.LevelDebug, ClientLogLevelSet: true, SendTimeout: 500 * time.Millisecond, Retries: 1}
 	sink.add("%v %+v %#v %s", cfg, cfg, cfg, cfg)
-	log.Info("config", "cfg", cfg, "tx", rocketmq.TransactionalConfig{Config: cfg})
+	log.Info("config", "cfg", cfg, "tx", txrmq.TransactionalConfig{Config: cfg})
 	slog.New(slog.NewTextHandler(sink, nil)).Info("config", "cfg", cfg)
 
 	// A transactional producer and a consumer whose name server is gone.
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
-	tr, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{Config: cfg, Topics: []string{topic}}, db, chk)
+	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{Config: cfg, Topics: []string{topic}}, db, chk)
 	require.NoError(t, err)
 	if err := tr.Start(ctx); err != nil {
 		sink.add("start: %v", err)
@@ -95,7 +95,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 	type event struct{}
 	ccfg := cfg
 	ccfg.Group = testbed.Name(t, "cg")
-	cons, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{Config: ccfg}, inbox,
+	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: ccfg}, inbox,
 		txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil }))
 	require.NoError(t, err)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -110,7 +110,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 	// debug level.
 	pcfg := cfg
 	pcfg.NameServers, pcfg.Group = []string{testbed.NameServer()}, testbed.Name(t, "pub")
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: pcfg, Topics: []string{topic}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: pcfg, Topics: []string{topic}})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	if err := pub.Publish(ctx, &txmsg.Message{Topic: topic, Body: []byte("signed")}); err != nil {

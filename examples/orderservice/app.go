@@ -11,7 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -24,7 +24,7 @@ type App struct {
 	inbox     *txmsg.Inbox
 	inventory *Inventory
 	mode      Mode
-	consumer  *rocketmq.Consumer
+	consumer  *txrmq.Consumer
 	api       *API
 	metrics   *Metrics
 
@@ -34,7 +34,7 @@ type App struct {
 }
 
 // NewApp assembles the service; Start runs it.
-func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode Mode, consumer *rocketmq.Consumer, api *API, metrics *Metrics) *App {
+func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode Mode, consumer *txrmq.Consumer, api *API, metrics *Metrics) *App {
 	return &App{cfg: cfg, log: log, db: db, inbox: inbox, inventory: inventory, mode: mode, consumer: consumer, api: api, metrics: metrics,
 		serveErr: make(chan error, 1)}
 }
@@ -108,8 +108,8 @@ func (a *App) Handler() http.Handler {
 const healthTimeout = 3 * time.Second
 
 // healthz answers 200 {"status":"ok",...} when the mode and the consumer
-// are healthy (see rocketmq.Transactional.Health, outbox.Relay.Health and
-// rocketmq.Consumer.Health), else 503 with each check's error.
+// are healthy (see txrmq.Transactional.Health, outbox.Relay.Health and
+// txrmq.Consumer.Health), else 503 with each check's error.
 func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()

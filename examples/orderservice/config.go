@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -162,8 +162,8 @@ func (c *Config) validate() error {
 
 // rocketmq returns the client settings shared by every RocketMQ component
 // of the service, for group.
-func (c *Config) rocketmq(group string, log *slog.Logger, hooks txmsg.Hooks) rocketmq.Config {
-	return rocketmq.Config{
+func (c *Config) rocketmq(group string, log *slog.Logger, hooks txmsg.Hooks) txrmq.Config {
+	return txrmq.Config{
 		Hooks:       hooks,
 		NameServers: c.NameServers,
 		Group:       group,

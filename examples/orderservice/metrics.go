@@ -14,13 +14,13 @@ import (
 
 // Metrics counts txmsg's events through its hooks and writes them for GET
 // /metrics in Prometheus's text format, under the names of
-// adapters/prometheus.
+// adapters/txprom.
 //
 // The service keeps this small exposition of its own instead of using
-// adapters/prometheus: that adapter is a Go module of its own, and
+// adapters/txprom: that adapter is a Go module of its own, and
 // requiring it here would put the Prometheus client into txmsg's root
 // module, which this example belongs to. A service outside this
-// repository would register adapters/prometheus's Metrics and
+// repository would register adapters/txprom's Metrics and
 // OutboxCollector instead, and get histograms as well.
 type Metrics struct {
 	mu     sync.Mutex

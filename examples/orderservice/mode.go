@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 )
 
@@ -38,12 +38,12 @@ type Mode interface {
 // because the database could not answer during the whole check window.
 type transactionalMode struct {
 	chk     *checker.Checker
-	tr      *rocketmq.Transactional
-	sweeper *rocketmq.Sweeper
-	pub     *rocketmq.Publisher
+	tr      *txrmq.Transactional
+	sweeper *txrmq.Sweeper
+	pub     *txrmq.Publisher
 }
 
-func newTransactionalMode(chk *checker.Checker, tr *rocketmq.Transactional, sweeper *rocketmq.Sweeper, pub *rocketmq.Publisher) Mode {
+func newTransactionalMode(chk *checker.Checker, tr *txrmq.Transactional, sweeper *txrmq.Sweeper, pub *txrmq.Publisher) Mode {
 	return &transactionalMode{chk: chk, tr: tr, sweeper: sweeper, pub: pub}
 }
 
@@ -72,7 +72,7 @@ func (m *transactionalMode) Close(ctx context.Context) error {
 type outboxMode struct {
 	ob    *outbox.Outbox
 	relay *outbox.Relay
-	pub   *rocketmq.Publisher
+	pub   *txrmq.Publisher
 	log   *slog.Logger
 
 	mu   sync.Mutex
@@ -80,7 +80,7 @@ type outboxMode struct {
 	done chan struct{}
 }
 
-func newOutboxMode(ob *outbox.Outbox, relay *outbox.Relay, pub *rocketmq.Publisher, log *slog.Logger) Mode {
+func newOutboxMode(ob *outbox.Outbox, relay *outbox.Relay, pub *txrmq.Publisher, log *slog.Logger) Mode {
 	return &outboxMode{ob: ob, relay: relay, pub: pub, log: log}
 }
 
@@ -89,7 +89,7 @@ func (m *outboxMode) Migrate(ctx context.Context) error { return m.ob.Migrate(ct
 
 func (m *outboxMode) Health(ctx context.Context) error { return m.relay.Health(ctx) }
 
-// Gauges reads the outbox's depth now, as adapters/prometheus's
+// Gauges reads the outbox's depth now, as adapters/txprom's
 // OutboxCollector would.
 func (m *outboxMode) Gauges(ctx context.Context) ([]gauge, error) {
 	s, err := m.ob.Stats(ctx)

@@ -13,7 +13,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -38,7 +38,7 @@ var commonSet = wire.NewSet(
 var transactionalSet = wire.NewSet(
 	provideChecker,
 	provideTransactional,
-	wire.Bind(new(txmsg.Transactor), new(*rocketmq.Transactional)),
+	wire.Bind(new(txmsg.Transactor), new(*txrmq.Transactional)),
 	provideSweeperPublisher,
 	provideSweeper,
 	newTransactionalMode,
@@ -93,10 +93,10 @@ func provideOrderProducer(tr txmsg.Transactor, topic txmsg.Topic[OrderCreated]) 
 	return txmsg.NewProducer(tr, topic)
 }
 
-func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txmsg.Topic[OrderCreated], inv *Inventory) (*rocketmq.Consumer, error) {
-	return rocketmq.NewConsumer(
+func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txmsg.Topic[OrderCreated], inv *Inventory) (*txrmq.Consumer, error) {
+	return txrmq.NewConsumer(
 		// The consumer's events reach the hooks through the inbox.
-		rocketmq.ConsumerConfig{Config: cfg.rocketmq(cfg.ConsumerGroup, log, nil)},
+		txrmq.ConsumerConfig{Config: cfg.rocketmq(cfg.ConsumerGroup, log, nil)},
 		inbox,
 		txmsg.Handle(topic, inv.OnOrderCreated),
 	)
@@ -106,8 +106,8 @@ func provideChecker(db *gorm.DB, log *slog.Logger) (*checker.Checker, error) {
 	return checker.New(db, checker.Config{Logger: log})
 }
 
-func provideTransactional(cfg Config, log *slog.Logger, db *gorm.DB, chk *checker.Checker, m *Metrics) (*rocketmq.Transactional, error) {
-	return rocketmq.NewTransactional(rocketmq.TransactionalConfig{
+func provideTransactional(cfg Config, log *slog.Logger, db *gorm.DB, chk *checker.Checker, m *Metrics) (*txrmq.Transactional, error) {
+	return txrmq.NewTransactional(txrmq.TransactionalConfig{
 		Config: cfg.rocketmq(cfg.ProducerGroup, log, m.Hooks()),
 		Topics: []string{cfg.Topic},
 	}, db, chk)
@@ -119,8 +119,8 @@ func sweeperGroup(cfg Config) string { return cfg.ProducerGroup + "-sweeper" }
 
 // provideSweeper consumes the half messages the broker discarded after
 // its last check-back.
-func provideSweeper(cfg Config, log *slog.Logger, chk *checker.Checker, pub *rocketmq.Publisher) (*rocketmq.Sweeper, error) {
-	return rocketmq.NewSweeper(rocketmq.SweeperConfig{
+func provideSweeper(cfg Config, log *slog.Logger, chk *checker.Checker, pub *txrmq.Publisher) (*txrmq.Sweeper, error) {
+	return txrmq.NewSweeper(txrmq.SweeperConfig{
 		Config:         cfg.rocketmq(sweeperGroup(cfg), log, nil),
 		ProducerGroups: []string{cfg.ProducerGroup},
 	}, chk, pub)
@@ -132,14 +132,14 @@ func provideOutbox(db *gorm.DB, log *slog.Logger, m *Metrics) (*outbox.Outbox, e
 
 // providePublisher starts the relay's plain producer, in the service's
 // producer group.
-func providePublisher(cfg Config, log *slog.Logger) (*rocketmq.Publisher, func(), error) {
+func providePublisher(cfg Config, log *slog.Logger) (*txrmq.Publisher, func(), error) {
 	return newPublisher(cfg, log, cfg.ProducerGroup)
 }
 
 // provideSweeperPublisher starts the sweeper's plain producer. Its group
 // is not the transactional producer's: the broker sends check-backs to any
 // producer of that group, and a plain producer cannot answer them.
-func provideSweeperPublisher(cfg Config, log *slog.Logger) (*rocketmq.Publisher, func(), error) {
+func provideSweeperPublisher(cfg Config, log *slog.Logger) (*txrmq.Publisher, func(), error) {
 	return newPublisher(cfg, log, sweeperGroup(cfg))
 }
 
@@ -147,14 +147,14 @@ func provideSweeperPublisher(cfg Config, log *slog.Logger) (*rocketmq.Publisher,
 // made sure the topic exists: a publisher started earlier caches "no
 // route" for the topic until the client's next route refresh, up to 30 s.
 // Its cleanup closes it if wiring fails later (Close is idempotent).
-func newPublisher(cfg Config, log *slog.Logger, group string) (*rocketmq.Publisher, func(), error) {
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: cfg.rocketmq(group, log, nil), Topics: []string{cfg.Topic}})
+func newPublisher(cfg Config, log *slog.Logger, group string) (*txrmq.Publisher, func(), error) {
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: cfg.rocketmq(group, log, nil), Topics: []string{cfg.Topic}})
 	if err != nil {
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(context.Background()) }, nil
 }
 
-func provideRelay(db *gorm.DB, pub *rocketmq.Publisher, ob *outbox.Outbox, log *slog.Logger, m *Metrics) (*outbox.Relay, error) {
+func provideRelay(db *gorm.DB, pub *txrmq.Publisher, ob *outbox.Outbox, log *slog.Logger, m *Metrics) (*outbox.Relay, error) {
 	return outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Logger: log, Hooks: m.Hooks()})
 }

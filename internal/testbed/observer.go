@@ -11,7 +11,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 )
 
 // propertyID is txmsg.PropertyID; testbed does not import txmsg so that

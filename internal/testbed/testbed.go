@@ -28,7 +28,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	gmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"

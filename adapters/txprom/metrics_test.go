@@ -1,4 +1,4 @@
-package prometheus_test
+package txprom_test
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
-	txprom "github.com/txmsg/txmsg/adapters/prometheus"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	txprom "github.com/txmsg/txmsg/adapters/txprom"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -96,8 +96,8 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
-	tr, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
-		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{m}},
+	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{m}},
 		Topics: []string{topic},
 	}, db, chk)
 	require.NoError(t, err)
@@ -109,8 +109,8 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	require.NoError(t, inbox.Migrate(ctx))
 	group := testbed.Name(t, "cg")
 	var handled atomic.Int32
-	cons, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
-		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: group, Logger: log},
+	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
+		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group, Logger: log},
 	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error {
 		handled.Add(1)
 		return nil
@@ -152,7 +152,7 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	require.Equal(t, int32(2), handled.Load())
 
 	// The same event published again is a duplicate to the inbox.
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "plain"), Logger: log,
 	}})
 	require.NoError(t, err)
@@ -240,7 +240,7 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	require.Equal(t, 4.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "pending"))
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent"))
 
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "relay"), Logger: log,
 	}, Topics: []string{topic}})
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package rocketmq_test
+package txrmq_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -25,14 +25,14 @@ func TestTransactionalHealth(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
 	log := slog.New(slog.DiscardHandler)
-	cfg := func(topics ...string) rocketmq.TransactionalConfig {
-		return rocketmq.TransactionalConfig{
-			Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log},
+	cfg := func(topics ...string) txrmq.TransactionalConfig {
+		return txrmq.TransactionalConfig{
+			Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log},
 			Topics: topics,
 		}
 	}
 
-	tr, err := rocketmq.NewTransactional(cfg(testbed.Topic(t)), db, chk)
+	tr, err := txrmq.NewTransactional(cfg(testbed.Topic(t)), db, chk)
 	require.NoError(t, err)
 	require.ErrorContains(t, tr.Health(ctx), "not started")
 	require.NoError(t, tr.Start(ctx))
@@ -41,7 +41,7 @@ func TestTransactionalHealth(t *testing.T) {
 	require.ErrorIs(t, tr.Health(ctx), txmsg.ErrClosed)
 
 	missing := testbed.Name(t, "never_created")
-	tr, err = rocketmq.NewTransactional(cfg(missing), db, chk)
+	tr, err = txrmq.NewTransactional(cfg(missing), db, chk)
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(ctx))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
@@ -61,8 +61,8 @@ func TestConsumerHealth(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	type event struct{}
-	c, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
-		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: slog.New(slog.DiscardHandler)},
+	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
+		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: slog.New(slog.DiscardHandler)},
 	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil }))
 	require.NoError(t, err)
 	require.ErrorContains(t, c.Health(ctx), "not started")

@@ -8,7 +8,7 @@
 //
 //	m := prometheus.New(prometheus.Config{})
 //	reg.MustRegister(m)
-//	tr, _ := rocketmq.NewTransactional(rocketmq.TransactionalConfig{Config: rocketmq.Config{Hooks: txmsg.Hooks{m}, ...}}, db, chk)
+//	tr, _ := txrmq.NewTransactional(txrmq.TransactionalConfig{Config: txrmq.Config{Hooks: txmsg.Hooks{m}, ...}}, db, chk)
 //	inbox, _ := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{m}})
 //	oc, _ := prometheus.NewOutboxCollector(ob.Stats, prometheus.OutboxConfig{Table: ob.Table()})
 //	reg.MustRegister(oc)
@@ -33,4 +33,4 @@
 //	txmsg_outbox_rows{table,status}                 gauge     rows by status (pending|sent|dead)
 //	txmsg_outbox_oldest_pending_age_seconds{table}  gauge     age of the oldest pending row, 0 when none
 //	txmsg_outbox_stats_up{table}                    gauge     1 when the last scrape's query succeeded
-package prometheus
+package txprom

@@ -1,4 +1,4 @@
-package otel_test
+package txotel_test
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
-	txotel "github.com/txmsg/txmsg/adapters/otel"
 	"github.com/txmsg/txmsg/adapters/outbox"
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	txotel "github.com/txmsg/txmsg/adapters/txotel"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -131,8 +131,8 @@ func startConsumer(t *testing.T, db *gorm.DB, topic string, tr *txotel.Tracing, 
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	seen := &handlerTraces{ids: map[string]trace.TraceID{}}
-	cons, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
-		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: log},
+	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
+		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: log},
 	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[event]) error {
 		seen.mu.Lock()
 		defer seen.mu.Unlock()
@@ -160,8 +160,8 @@ func TestTraceReachesHandlerTransactional(t *testing.T) {
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
-	prod, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
-		Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{tr}},
+	prod, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{tr}},
 		Topics: []string{topic},
 	}, db, chk)
 	require.NoError(t, err)
@@ -205,7 +205,7 @@ func TestTraceReachesHandlerOutbox(t *testing.T) {
 	ob, err := outbox.New(db, outbox.Config{Logger: log, Hooks: txmsg.Hooks{tr}})
 	require.NoError(t, err)
 	require.NoError(t, ob.Migrate(ctx))
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "relay"), Logger: log,
 	}, Topics: []string{topic}})
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package rocketmq_test
+package txrmq_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/conformance"
 	"github.com/txmsg/txmsg/internal/testbed"
@@ -21,8 +21,8 @@ func TestTransactionalConformance(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, chk.Migrate(context.Background()))
 		topic := testbed.Topic(t)
-		tr, err := rocketmq.NewTransactional(rocketmq.TransactionalConfig{
-			Config: rocketmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "conf")},
+		tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+			Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "conf")},
 			Topics: []string{topic},
 		}, db, chk)
 		require.NoError(t, err)

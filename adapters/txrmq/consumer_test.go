@@ -1,4 +1,4 @@
-package rocketmq_test
+package txrmq_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -47,7 +47,7 @@ type consumerBed struct {
 	inbox *txmsg.Inbox
 	topic string
 	group string
-	pub   *rocketmq.Publisher
+	pub   *txrmq.Publisher
 
 	mu   sync.Mutex
 	seen []consumerSeen
@@ -65,7 +65,7 @@ func newConsumerBed(t *testing.T) *consumerBed {
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	require.NoError(t, db.AutoMigrate(&consumerEffect{}))
-	pub, err := rocketmq.NewPublisher(rocketmq.PublisherConfig{Config: rocketmq.Config{
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
 		NameServers: []string{testbed.NameServer()},
 		Group:       testbed.Name(t, "pg"),
 	}})
@@ -75,9 +75,9 @@ func newConsumerBed(t *testing.T) *consumerBed {
 	return &consumerBed{t: t, db: db, inbox: inbox, topic: topic, group: testbed.Name(t, "cg"), pub: pub}
 }
 
-func (b *consumerBed) config() rocketmq.ConsumerConfig {
-	return rocketmq.ConsumerConfig{
-		Config: rocketmq.Config{
+func (b *consumerBed) config() txrmq.ConsumerConfig {
+	return txrmq.ConsumerConfig{
+		Config: txrmq.Config{
 			NameServers: []string{testbed.NameServer()},
 			Group:       b.group,
 		},
@@ -92,9 +92,9 @@ func (b *consumerBed) config() rocketmq.ConsumerConfig {
 
 // start starts a consumer of the bed's group with route and closes it when
 // the test ends.
-func (b *consumerBed) start(cfg rocketmq.ConsumerConfig, route txmsg.Route) *rocketmq.Consumer {
+func (b *consumerBed) start(cfg txrmq.ConsumerConfig, route txmsg.Route) *txrmq.Consumer {
 	b.t.Helper()
-	c, err := rocketmq.NewConsumer(cfg, b.inbox, route)
+	c, err := txrmq.NewConsumer(cfg, b.inbox, route)
 	require.NoError(b.t, err)
 	require.NoError(b.t, c.Start(context.Background()))
 	b.t.Cleanup(func() { _ = c.Close(context.Background()) })
@@ -355,7 +355,7 @@ func TestConsumerShutdownUnderLoad(t *testing.T) {
 
 	// First consumer: closed gracefully while handlers run.
 	var running1 atomic.Int32
-	c1, err := rocketmq.NewConsumer(b.config(), b.inbox, txmsg.Handle(b.topicOf(), handler(&running1)))
+	c1, err := txrmq.NewConsumer(b.config(), b.inbox, txmsg.Handle(b.topicOf(), handler(&running1)))
 	require.NoError(t, err)
 	require.NoError(t, c1.Start(ctx))
 	require.Eventually(t, func() bool { return handled.Load() >= 100 }, consumerWait, 10*time.Millisecond)
@@ -368,7 +368,7 @@ func TestConsumerShutdownUnderLoad(t *testing.T) {
 
 	// Second consumer: Close gives up at once, cancelling running handlers.
 	var running2 atomic.Int32
-	c2, err := rocketmq.NewConsumer(b.config(), b.inbox, txmsg.Handle(b.topicOf(), handler(&running2)))
+	c2, err := txrmq.NewConsumer(b.config(), b.inbox, txmsg.Handle(b.topicOf(), handler(&running2)))
 	require.NoError(t, err)
 	require.NoError(t, c2.Start(ctx))
 	require.Eventually(t, func() bool { return handled.Load() >= 250 }, consumerWait, 10*time.Millisecond)
@@ -405,7 +405,7 @@ func TestConsumerStartFailsForUnknownTopic(t *testing.T) {
 	inbox, err := txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	topic := testbed.Name(t, "missing")
-	c, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{Config: rocketmq.Config{
+	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{
 		NameServers: []string{testbed.NameServer()},
 		Group:       testbed.Name(t, "cg"),
 	}}, inbox, txmsg.Handle(txmsg.Topic[consumerEvent]{Name: topic}, noopConsumerHandler))
@@ -423,25 +423,25 @@ func TestConsumerConfigErrors(t *testing.T) {
 	inbox, err := txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	route := txmsg.Handle(txmsg.Topic[consumerEvent]{Name: "orders"}, noopConsumerHandler)
-	valid := func() rocketmq.ConsumerConfig {
-		return rocketmq.ConsumerConfig{Config: rocketmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}}
+	valid := func() txrmq.ConsumerConfig {
+		return txrmq.ConsumerConfig{Config: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}}
 	}
 	tests := []struct {
 		name     string
-		change   func(*rocketmq.ConsumerConfig)
+		change   func(*txrmq.ConsumerConfig)
 		nilInbox bool
 		routes   []txmsg.Route // nil means one valid route
 		want     string
 	}{
-		{name: "no name servers", change: func(c *rocketmq.ConsumerConfig) { c.NameServers = nil }, want: "NameServers is empty"},
-		{name: "bad name server", change: func(c *rocketmq.ConsumerConfig) { c.NameServers = []string{"localhost"} }, want: "not host:port"},
-		{name: "no group", change: func(c *rocketmq.ConsumerConfig) { c.Group = "" }, want: "Group"},
-		{name: "bad group", change: func(c *rocketmq.ConsumerConfig) { c.Group = "a b" }, want: "Group"},
-		{name: "half credentials", change: func(c *rocketmq.ConsumerConfig) { c.AccessKey = "ak" }, want: "AccessKey and SecretKey"},
-		{name: "negative concurrency", change: func(c *rocketmq.ConsumerConfig) { c.Concurrency = -1 }, want: "Concurrency"},
-		{name: "huge concurrency", change: func(c *rocketmq.ConsumerConfig) { c.Concurrency = 100000 }, want: "Concurrency"},
-		{name: "negative reconsume", change: func(c *rocketmq.ConsumerConfig) { c.MaxReconsumeTimes = -1 }, want: "MaxReconsumeTimes"},
-		{name: "negative delay level", change: func(c *rocketmq.ConsumerConfig) { c.RetryDelayLevel = -1 }, want: "RetryDelayLevel"},
+		{name: "no name servers", change: func(c *txrmq.ConsumerConfig) { c.NameServers = nil }, want: "NameServers is empty"},
+		{name: "bad name server", change: func(c *txrmq.ConsumerConfig) { c.NameServers = []string{"localhost"} }, want: "not host:port"},
+		{name: "no group", change: func(c *txrmq.ConsumerConfig) { c.Group = "" }, want: "Group"},
+		{name: "bad group", change: func(c *txrmq.ConsumerConfig) { c.Group = "a b" }, want: "Group"},
+		{name: "half credentials", change: func(c *txrmq.ConsumerConfig) { c.AccessKey = "ak" }, want: "AccessKey and SecretKey"},
+		{name: "negative concurrency", change: func(c *txrmq.ConsumerConfig) { c.Concurrency = -1 }, want: "Concurrency"},
+		{name: "huge concurrency", change: func(c *txrmq.ConsumerConfig) { c.Concurrency = 100000 }, want: "Concurrency"},
+		{name: "negative reconsume", change: func(c *txrmq.ConsumerConfig) { c.MaxReconsumeTimes = -1 }, want: "MaxReconsumeTimes"},
+		{name: "negative delay level", change: func(c *txrmq.ConsumerConfig) { c.RetryDelayLevel = -1 }, want: "RetryDelayLevel"},
 		{name: "nil inbox", nilInbox: true, want: "inbox is nil"},
 		{name: "no routes", routes: []txmsg.Route{}, want: "no routes"},
 		{name: "empty route", routes: []txmsg.Route{{}}, want: "route 0"},
@@ -466,7 +466,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 			if routes == nil {
 				routes = []txmsg.Route{route}
 			}
-			c, err := rocketmq.NewConsumer(cfg, in, routes...)
+			c, err := txrmq.NewConsumer(cfg, in, routes...)
 			require.Nil(t, c)
 			require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 			require.ErrorContains(t, err, tc.want)
@@ -479,7 +479,7 @@ func TestConsumerClosedBeforeStart(t *testing.T) {
 	testbed.QuietClientLogs() // before NewConsumer sets the client's global logger
 	inbox, err := txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{})
 	require.NoError(t, err)
-	c, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{Config: rocketmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}},
+	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}},
 		inbox, txmsg.Handle(txmsg.Topic[consumerEvent]{Name: "orders"}, noopConsumerHandler))
 	require.NoError(t, err)
 	require.NoError(t, c.Close(context.Background()))
@@ -497,8 +497,8 @@ func ExampleNewConsumer() {
 		return
 	}
 	orders := txmsg.Topic[OrderCreated]{Name: "order-created"}
-	c, err := rocketmq.NewConsumer(rocketmq.ConsumerConfig{
-		Config: rocketmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "inventory"},
+	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
+		Config: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "inventory"},
 	}, inbox, txmsg.Handle(orders, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[OrderCreated]) error {
 		// Runs at most once per order for the group: tx also records the
 		// message in the inbox, and commits only if this returns nil.

@@ -3,7 +3,7 @@
 //
 // It lives in its own Go module and depends only on the OpenTelemetry API;
 // the program chooses the SDK and exporter. [Tracing] implements txmsg's
-// hooks: put it in the Hooks of the producer side (rocketmq.Config.Hooks
+// hooks: put it in the Hooks of the producer side (txrmq.Config.Hooks
 // or outbox.Config.Hooks) and of the consumer side
 // (txmsg.InboxConfig.Hooks).
 //
@@ -16,7 +16,7 @@
 // a "process <topic>" span of kind consumer, a child of the create span;
 // the handler's ctx carries it, so the handler's own spans join the
 // producer's trace. OnConsumed ends it with the outcome.
-package otel
+package txotel
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 )
 
 // ScopeName is the instrumentation scope of the spans this package starts.
-const ScopeName = "github.com/txmsg/txmsg/adapters/otel"
+const ScopeName = "github.com/txmsg/txmsg/adapters/txotel"
 
 // Config configures [New]. The zero value is usable.
 type Config struct {

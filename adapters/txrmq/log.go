@@ -1,9 +1,9 @@
-package rocketmq
+package txrmq
 
 import (
 	"log/slog"
 
-	"github.com/txmsg/txmsg/adapters/rocketmq/rmqlog"
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 )
 
 // installLogBridge routes the client's process-wide logger to the first

@@ -1,4 +1,4 @@
-package rocketmq
+package txrmq
 
 import (
 	"context"
