@@ -182,22 +182,62 @@ func CreateTopic(ctx context.Context, topic string, queues int) error {
 	}
 }
 
+// DefaultsEnv names the environment variable that makes every test
+// database use the server's defaults (see [ServerDefaults]) when set to 1.
+const DefaultsEnv = "TXMSG_TEST_DB_DEFAULTS"
+
+// UseServerDefaults reports whether TXMSG_TEST_DB_DEFAULTS=1 asks for every
+// test database to be created with the server's defaults.
+func UseServerDefaults() bool { return os.Getenv(DefaultsEnv) == "1" }
+
+// DBOption changes how [DB] and [DBWithDSN] create a test database.
+type DBOption func(*dbOptions)
+
+type dbOptions struct {
+	serverDefaults bool
+}
+
+// ServerDefaults creates the test database the way a DBA does, with a plain
+// CREATE DATABASE: the server's default character set and collation
+// (utf8mb4_general_ci on MariaDB, utf8mb4_0900_ai_ci on MySQL 8), and
+// connections that keep the server's default isolation level: any
+// tx_isolation or transaction_isolation parameter of TXMSG_DSN is dropped.
+// Without it, test databases use utf8mb4_bin.
+func ServerDefaults() DBOption { return func(o *dbOptions) { o.serverDefaults = true } }
+
+// isolationParams are DSN parameters that set the session's isolation level.
+var isolationParams = []string{"tx_isolation", "transaction_isolation"}
+
 // DB returns a gorm handle on a fresh database made for t and dropped when
-// t ends.
-func DB(t testing.TB) *gorm.DB {
+// t ends. With TXMSG_TEST_DB_DEFAULTS=1 every database is made as with
+// [ServerDefaults].
+func DB(t testing.TB, opts ...DBOption) *gorm.DB {
 	t.Helper()
-	db, _ := DBWithDSN(t)
+	db, _ := DBWithDSN(t, opts...)
 	return db
 }
 
 // DBWithDSN is DB that also returns the new database's DSN, for tests that
 // open further connections (child processes, proxies).
-func DBWithDSN(t testing.TB) (*gorm.DB, string) {
+func DBWithDSN(t testing.TB, opts ...DBOption) (*gorm.DB, string) {
 	t.Helper()
+	o := dbOptions{serverDefaults: UseServerDefaults()}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	QuietClientLogs() // before any DSN parsing: it sets the driver's logger
 	base, err := mysql.ParseDSN(DSN())
 	if err != nil {
 		t.Fatalf("TXMSG_DSN is not a valid MySQL DSN: %v", err)
+	}
+	if o.serverDefaults {
+		for k := range base.Params {
+			for _, p := range isolationParams {
+				if strings.EqualFold(k, p) {
+					delete(base.Params, k)
+				}
+			}
+		}
 	}
 	if err := dial(base.Addr); err != nil {
 		unavailable(t, "MySQL/MariaDB at "+base.Addr, "scripts/mysql.sh start", err)
@@ -211,7 +251,11 @@ func DBWithDSN(t testing.TB) (*gorm.DB, string) {
 		name = name[len(name)-64:]
 	}
 	name = strings.TrimLeft(name, "_-")
-	if err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
+	create := "CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+	if o.serverDefaults {
+		create = "CREATE DATABASE `" + name + "`"
+	}
+	if err := admin.Exec(create).Error; err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	cfg := base.Clone()
