@@ -2,8 +2,11 @@
 -- creates. One row per transactional send: 'committed' is inserted by the
 -- local transaction, 'rolled_back' by a check-back that found no committed
 -- row. Keep rows longer than the broker's check window (checker.Purge).
+-- tx_id is VARBINARY: IDs compare byte for byte whatever the collation, so
+-- "Order-1" and "order-1" are two transactions. To convert a table created
+-- with varchar(255), run `txmsgctl migrate` (docs/reliability.md).
 CREATE TABLE IF NOT EXISTS `txmsg_barrier` (
-  `tx_id` varchar(255) NOT NULL,
+  `tx_id` varbinary(255) NOT NULL,
   `state` varchar(16) NOT NULL,
   `created_at` datetime(6) NOT NULL,
   PRIMARY KEY (`tx_id`),

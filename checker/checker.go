@@ -45,9 +45,11 @@ const (
 // margin. Barrier rows younger than this are never purged.
 const DefaultCheckWindow = 30 * time.Minute
 
-// Barrier is one row of the barrier table.
+// Barrier is one row of the barrier table. tx_id is VARBINARY so that IDs
+// compare byte for byte whatever the database's collation: "Order-1" and
+// "order-1" are two transactions.
 type Barrier struct {
-	TxID      string    `gorm:"column:tx_id;primaryKey;size:255"`
+	TxID      string    `gorm:"column:tx_id;primaryKey;type:varbinary(255);size:255;not null"`
 	State     string    `gorm:"size:16;not null"`
 	CreatedAt time.Time `gorm:"precision:6;not null;index:idx_txmsg_barrier_created_at"`
 }
@@ -105,9 +107,15 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 // Table returns the barrier table name.
 func (c *Checker) Table() string { return c.cfg.Table }
 
-// Migrate creates or updates the barrier table.
+// Migrate creates or updates the barrier table. On a table created before
+// tx_id was binary it converts the column first (one ALTER TABLE, which
+// rebuilds the table); see docs/reliability.md.
 func (c *Checker) Migrate(ctx context.Context) error {
-	if err := c.db.WithContext(ctx).Table(c.cfg.Table).AutoMigrate(&Barrier{}); err != nil {
+	converted, err := store.Migrate(ctx, c.db, c.cfg.Table, &Barrier{})
+	if len(converted) > 0 {
+		c.logger.Warn("converted identifier columns to binary: IDs now compare byte for byte", "columns", converted)
+	}
+	if err != nil {
 		return fmt.Errorf("checker: migrate %s: %w", c.cfg.Table, err)
 	}
 	return nil

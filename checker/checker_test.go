@@ -3,6 +3,7 @@ package checker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,4 +181,35 @@ func TestPurgeRefusesCheckWindowAndDeletesOldRows(t *testing.T) {
 	counts, err := chk.Counts(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{checker.StateCommitted: 0, checker.StateRolledBack: 1}, counts)
+}
+
+// IDs that differ only in case are different transactions, whatever the
+// database's default collation: the barrier compares tx_id byte for byte.
+func TestIDsDifferingInCaseAreDistinct(t *testing.T) {
+	t.Parallel()
+	db := testbed.DB(t, testbed.ServerDefaults())
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, chk.Migrate(ctx))
+	upper := "Order-" + testbed.Suffix()
+	lower := strings.ToLower(upper)
+
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.Begin(ctx, tx, upper) }))
+	// A check-back for an ID never begun is ROLLBACK, even when an ID
+	// differing only in case committed.
+	state, err := chk.Resolve(ctx, strings.ToUpper(upper))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.StateRolledBack, state)
+	// A caller-chosen ID differing only in case is not a duplicate.
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.Begin(ctx, tx, lower) }))
+
+	for id, want := range map[string]string{upper: checker.StateCommitted, lower: checker.StateCommitted, strings.ToUpper(upper): checker.StateRolledBack} {
+		got, err := chk.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, got, id)
+	}
+	counts, err := chk.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{checker.StateCommitted: 2, checker.StateRolledBack: 1}, counts)
 }

@@ -21,23 +21,28 @@ const (
 )
 
 // InboxRow is one handled message in the inbox table: the dedupe record.
+// consumer_group, msg_id and topic are VARBINARY so that they compare byte
+// for byte whatever the database's collation: messages "Order-1" and
+// "order-1" are two messages, and each runs its handler.
 type InboxRow struct {
 	ID            int64     `gorm:"primaryKey;autoIncrement"`
-	ConsumerGroup string    `gorm:"size:255;not null;uniqueIndex:uk_txmsg_inbox_group_msg,priority:1"`
-	MsgID         string    `gorm:"column:msg_id;size:255;not null;uniqueIndex:uk_txmsg_inbox_group_msg,priority:2"`
-	Topic         string    `gorm:"size:127;not null"`
+	ConsumerGroup string    `gorm:"type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_inbox_group_msg,priority:1"`
+	MsgID         string    `gorm:"column:msg_id;type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_inbox_group_msg,priority:2"`
+	Topic         string    `gorm:"type:varbinary(127);size:127;not null"`
 	HandledAt     time.Time `gorm:"precision:6;not null;index:idx_txmsg_inbox_handled_at"`
 }
 
 // DeadLetter is a message a consumer could not decode, parked with its raw
 // bytes so nothing is lost. It is acknowledged to the broker and never
-// retried by itself; see the README for inspecting and replaying.
+// retried by itself; see the README for inspecting and replaying. The
+// identifier columns are VARBINARY like the inbox's; tag and keys stay text:
+// they copy what arrived, and nothing looks rows up by them.
 type DeadLetter struct {
 	ID              int64     `gorm:"primaryKey;autoIncrement"`
-	ConsumerGroup   string    `gorm:"size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
-	MsgID           string    `gorm:"column:msg_id;size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:2"`
-	BrokerMessageID string    `gorm:"size:255;not null"`
-	Topic           string    `gorm:"size:127;not null"`
+	ConsumerGroup   string    `gorm:"type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
+	MsgID           string    `gorm:"column:msg_id;type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:2"`
+	BrokerMessageID string    `gorm:"type:varbinary(255);size:255;not null"`
+	Topic           string    `gorm:"type:varbinary(127);size:127;not null"`
 	Tag             string    `gorm:"size:255;not null"`
 	Keys            string    `gorm:"size:1024;not null"`
 	Properties      string    `gorm:"type:text;not null"`
@@ -123,14 +128,22 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
-// Migrate creates or updates the inbox and dead-letter tables.
+// Migrate creates or updates the inbox and dead-letter tables. On tables
+// created before their identifier columns were binary it converts those
+// columns first (one ALTER TABLE per table, which rebuilds it); see
+// docs/reliability.md.
 func (in *Inbox) Migrate(ctx context.Context) error {
-	db := in.db.WithContext(ctx)
-	if err := db.Table(in.table).AutoMigrate(&InboxRow{}); err != nil {
-		return fmt.Errorf("txmsg: migrate %s: %w", in.table, err)
-	}
-	if err := db.Table(in.dead).AutoMigrate(&DeadLetter{}); err != nil {
-		return fmt.Errorf("txmsg: migrate %s: %w", in.dead, err)
+	for _, t := range []struct {
+		name  string
+		model any
+	}{{in.table, &InboxRow{}}, {in.dead, &DeadLetter{}}} {
+		converted, err := store.Migrate(ctx, in.db, t.name, t.model)
+		if len(converted) > 0 {
+			in.logger.Warn("converted identifier columns to binary: IDs now compare byte for byte", "migrated_table", t.name, "columns", converted)
+		}
+		if err != nil {
+			return fmt.Errorf("txmsg: migrate %s: %w", t.name, err)
+		}
 	}
 	return nil
 }

@@ -1,14 +1,17 @@
 -- txmsg consumer tables (MySQL 8 / MariaDB 10.6+), the same as
--- txmsg.Inbox.Migrate creates.
+-- txmsg.Inbox.Migrate creates. Identifier columns are VARBINARY (sizes in
+-- bytes): they compare byte for byte whatever the collation, so messages
+-- "Order-1" and "order-1" are two messages. To convert tables created with
+-- varchar columns, run `txmsgctl migrate` (docs/reliability.md).
 
 -- One row per (consumer group, message) handled: the dedupe record, inserted
 -- first in the handler's transaction. Purge rows older than the broker's
 -- redelivery horizon (txmsg.Inbox.Purge).
 CREATE TABLE IF NOT EXISTS `txmsg_inbox` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
-  `consumer_group` varchar(255) NOT NULL,
-  `msg_id` varchar(255) NOT NULL,
-  `topic` varchar(127) NOT NULL,
+  `consumer_group` varbinary(255) NOT NULL,
+  `msg_id` varbinary(255) NOT NULL,
+  `topic` varbinary(127) NOT NULL,
   `handled_at` datetime(6) NOT NULL,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_txmsg_inbox_group_msg` (`consumer_group`,`msg_id`),
@@ -18,11 +21,11 @@ CREATE TABLE IF NOT EXISTS `txmsg_inbox` (
 -- Messages whose body could not be decoded, parked with their raw bytes.
 CREATE TABLE IF NOT EXISTS `txmsg_dead_letter` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
-  `consumer_group` varchar(255) NOT NULL,
-  `msg_id` varchar(255) NOT NULL,
-  `broker_message_id` varchar(255) NOT NULL,
-  `topic` varchar(127) NOT NULL,
-  `tag` varchar(255) NOT NULL,
+  `consumer_group` varbinary(255) NOT NULL,
+  `msg_id` varbinary(255) NOT NULL,
+  `broker_message_id` varbinary(255) NOT NULL,
+  `topic` varbinary(127) NOT NULL,
+  `tag` varchar(255) NOT NULL,                   -- as received; not compared
   `keys` varchar(1024) NOT NULL,
   `properties` text NOT NULL,
   `body` longblob DEFAULT NULL,

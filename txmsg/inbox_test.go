@@ -3,6 +3,7 @@ package txmsg_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,9 +21,9 @@ type effect struct {
 	N     int
 }
 
-func newInbox(t *testing.T) (*txmsg.Inbox, *gorm.DB) {
+func newInbox(t *testing.T, opts ...testbed.DBOption) (*txmsg.Inbox, *gorm.DB) {
 	t.Helper()
-	db := testbed.DB(t)
+	db := testbed.DB(t, opts...)
 	in, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	require.NoError(t, in.Migrate(context.Background()))
@@ -145,4 +146,45 @@ func TestNewInboxValidates(t *testing.T) {
 	_, err = txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{Table: "x y"})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.Error(t, txmsg.Route{}.Validate())
+}
+
+// Deliveries whose IDs (or consumer groups) differ only in case are
+// different messages, whatever the database's default collation: each runs
+// the handler, and each parks on its own.
+func TestInboxIDsDifferingInCaseAreDistinct(t *testing.T) {
+	t.Parallel()
+	in, db := newInbox(t, testbed.ServerDefaults())
+	ctx := context.Background()
+	var runs atomic.Int32
+	route := txmsg.Handle(txmsg.Topic[event]{Name: "events"}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[event]) error {
+		runs.Add(1)
+		return tx.Create(&effect{MsgID: d.Message.ID, N: d.Event.N}).Error
+	})
+	upper := "Order-" + testbed.Suffix()
+	lower := strings.ToLower(upper)
+	for _, id := range []string{upper, lower} {
+		o, err := route.Process(ctx, in, "g", received(id, `{"n":1}`))
+		require.NoError(t, err, id)
+		require.Equal(t, txmsg.OutcomeHandled, o, id)
+	}
+	o, err := route.Process(ctx, in, "G", received(lower, `{"n":1}`))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.OutcomeHandled, o, "consumer group G is not group g")
+	o, err = route.Process(ctx, in, "g", received(lower, `{"n":1}`))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.OutcomeDuplicate, o, "the same ID in the same group is still a duplicate")
+	require.EqualValues(t, 3, runs.Load())
+	var effects []string
+	require.NoError(t, db.Model(&effect{}).Order("id").Pluck("msg_id", &effects).Error)
+	require.Equal(t, []string{upper, lower, lower}, effects)
+
+	for _, id := range []string{upper + "-bad", lower + "-bad"} {
+		o, err := route.Process(ctx, in, "g", received(id, "not json"))
+		require.NoError(t, err, id)
+		require.Equal(t, txmsg.OutcomeParked, o, id)
+	}
+	_, deadTable := in.Tables()
+	var parked []string
+	require.NoError(t, db.Table(deadTable).Order("id").Pluck("msg_id", &parked).Error)
+	require.Equal(t, []string{upper + "-bad", lower + "-bad"}, parked)
 }

@@ -32,7 +32,13 @@ type env struct {
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
-	db, dsn := testbed.DBWithDSN(t)
+	return newEnvOn(t, cfg)
+}
+
+// newEnvOn is newEnv on a database made with opts.
+func newEnvOn(t *testing.T, cfg Config, opts ...testbed.DBOption) *env {
+	t.Helper()
+	db, dsn := testbed.DBWithDSN(t, opts...)
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}

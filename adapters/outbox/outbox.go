@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -48,16 +49,21 @@ func (o *Outbox) Table() string { return o.cfg.Table }
 // gorm's AutoMigrate. outbox.sql holds the same tables as DDL for
 // migration tools.
 func (o *Outbox) Migrate(ctx context.Context) error {
-	return migrate(ctx, o.db, o.cfg.Table)
+	return migrate(ctx, o.db, o.cfg.Table, o.log)
 }
 
-func migrate(ctx context.Context, db *gorm.DB, table string) error {
-	db = db.WithContext(ctx)
-	if err := db.Table(table).AutoMigrate(&Row{}); err != nil {
-		return fmt.Errorf("outbox: migrate %s: %w", table, err)
-	}
-	if err := db.Table(table + leaseSuffix).AutoMigrate(&Lease{}); err != nil {
-		return fmt.Errorf("outbox: migrate %s: %w", table+leaseSuffix, err)
+func migrate(ctx context.Context, db *gorm.DB, table string, log *slog.Logger) error {
+	for _, t := range []struct {
+		name  string
+		model any
+	}{{table, &Row{}}, {table + leaseSuffix, &Lease{}}} {
+		converted, err := store.Migrate(ctx, db, t.name, t.model)
+		if len(converted) > 0 && log != nil {
+			log.Warn("converted identifier columns to binary: IDs now compare byte for byte", "migrated_table", t.name, "columns", converted)
+		}
+		if err != nil {
+			return fmt.Errorf("outbox: migrate %s: %w", t.name, err)
+		}
 	}
 	return nil
 }

@@ -3,14 +3,19 @@
 -- outbox.(*Outbox).Migrate creates with the default table name. Keep the two
 -- in step (TestMigrateMatchesSQL checks it). For another table name, replace
 -- txmsg_outbox everywhere.
+--
+-- Identifier columns are VARBINARY (sizes in bytes): they compare byte for
+-- byte whatever the collation, so IDs "Order-1" and "order-1" are two
+-- messages. To convert tables created with varchar columns, run
+-- `txmsgctl migrate` (docs/reliability.md).
 
 CREATE TABLE IF NOT EXISTS `txmsg_outbox` (
   `id` bigint NOT NULL AUTO_INCREMENT,            -- the relay's order
-  `msg_id` varchar(255) NOT NULL,                 -- txmsg ID
-  `topic` varchar(127) NOT NULL,
-  `tag` varchar(255) NOT NULL DEFAULT '',
-  `keys` varchar(1024) NOT NULL DEFAULT '',       -- space-separated
-  `sharding_key` varchar(255) NOT NULL DEFAULT '',
+  `msg_id` varbinary(255) NOT NULL,               -- txmsg ID
+  `topic` varbinary(127) NOT NULL,
+  `tag` varbinary(255) NOT NULL DEFAULT '',
+  `keys` varbinary(1024) NOT NULL DEFAULT '',     -- space-separated
+  `sharding_key` varbinary(255) NOT NULL DEFAULT '',
   `bucket` int NOT NULL DEFAULT 0,                -- ordered mode: hash(sharding_key) % buckets
   `body` longblob NOT NULL,
   `properties` text NOT NULL,                     -- JSON object
@@ -30,9 +35,9 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox` (
 
 CREATE TABLE IF NOT EXISTS `txmsg_outbox_lease` (
   `bucket` int NOT NULL,
-  `owner` varchar(255) NOT NULL DEFAULT '',
+  `owner` varbinary(255) NOT NULL DEFAULT '',
   `expires_at` datetime(6) NOT NULL,
-  `wanted_by` varchar(255) NOT NULL DEFAULT '',
+  `wanted_by` varbinary(255) NOT NULL DEFAULT '',
   `wanted_at` datetime(6) NOT NULL DEFAULT '1970-01-01 00:00:01.000000',
   PRIMARY KEY (`bucket`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -35,20 +35,23 @@ const (
 )
 
 // Row is one message in the outbox table. outbox.sql holds the same table
-// as MySQL/MariaDB DDL.
+// as MySQL/MariaDB DDL. The identifier columns (msg_id, topic, tag, keys,
+// sharding_key) are VARBINARY so that they compare byte for byte whatever
+// the database's collation; their sizes are bytes, which newRow and
+// Message.Validate check.
 type Row struct {
 	// ID is the auto-increment key: the relay's publishing order.
 	ID int64 `gorm:"primaryKey;autoIncrement;index:idx_outbox_due,priority:3;index:idx_outbox_bucket,priority:3"`
 	// MsgID is the txmsg ID, unique.
-	MsgID string `gorm:"column:msg_id;size:255;not null;uniqueIndex:uk_outbox_msg_id"`
+	MsgID string `gorm:"column:msg_id;type:varbinary(255);size:255;not null;uniqueIndex:uk_outbox_msg_id"`
 	// Topic is the message's topic.
-	Topic string `gorm:"size:127;not null"`
+	Topic string `gorm:"type:varbinary(127);size:127;not null"`
 	// Tag is the message's tag; empty for none.
-	Tag string `gorm:"size:255;not null;default:''"`
+	Tag string `gorm:"type:varbinary(255);size:255;not null;default:''"`
 	// Keys are the message's extra keys, space-separated.
-	Keys string `gorm:"size:1024;not null;default:''"`
+	Keys string `gorm:"type:varbinary(1024);size:1024;not null;default:''"`
 	// ShardingKey is the message's sharding key; empty for none.
-	ShardingKey string `gorm:"size:255;not null;default:''"`
+	ShardingKey string `gorm:"type:varbinary(255);size:255;not null;default:''"`
 	// Bucket is the ordered-mode bucket: a hash of ShardingKey modulo the
 	// bucket count, or a random bucket for rows without a key.
 	Bucket int `gorm:"size:32;not null;default:0;index:idx_outbox_bucket,priority:2"`
@@ -74,16 +77,17 @@ type Row struct {
 }
 
 // Lease is one row of the lease table of ordered relays: which relay owns
-// a bucket, until when, and which relay asked to take it over.
+// a bucket, until when, and which relay asked to take it over. Relay names
+// are VARBINARY: "Relay-A" and "relay-a" are two relays.
 type Lease struct {
 	// Bucket is the bucket number, 0 to Buckets-1.
 	Bucket int `gorm:"size:32;primaryKey;autoIncrement:false"`
 	// Owner is the name of the relay holding the bucket; empty when free.
-	Owner string `gorm:"size:255;not null;default:''"`
+	Owner string `gorm:"type:varbinary(255);size:255;not null;default:''"`
 	// ExpiresAt is when the lease lapses unless renewed.
 	ExpiresAt time.Time `gorm:"precision:6;not null"`
 	// WantedBy names a relay that asked the owner to hand the bucket over.
-	WantedBy string `gorm:"size:255;not null;default:''"`
+	WantedBy string `gorm:"type:varbinary(255);size:255;not null;default:''"`
 	// WantedAt is when WantedBy last renewed its ask. An ask older than
 	// the lease TTL is stale: its relay is presumed dead and is ignored.
 	WantedAt time.Time `gorm:"precision:6;not null;default:'1970-01-01 00:00:01'"`

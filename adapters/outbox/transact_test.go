@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -218,7 +219,7 @@ func TestNewValidatesConfig(t *testing.T) {
 }
 
 // TestMigrateMatchesSQL checks that outbox.sql and Migrate build the same
-// tables: columns, types, nullability, defaults and indexes.
+// tables: collations, columns, types, nullability, defaults and indexes.
 func TestMigrateMatchesSQL(t *testing.T) {
 	t.Parallel()
 	fromSQL := testbed.DB(t)
@@ -242,7 +243,11 @@ func TestMigrateMatchesSQL(t *testing.T) {
 
 func describe(t *testing.T, db *gorm.DB, table string) []string {
 	var out []string
-	rows, err := db.Raw(`SELECT CONCAT_WS(' ', COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, IFNULL(COLUMN_DEFAULT, 'NULL'), EXTRA)
+	var collation string
+	require.NoError(t, db.Raw(`SELECT TABLE_COLLATION FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table).Scan(&collation).Error)
+	out = append(out, "table collation "+collation)
+	rows, err := db.Raw(`SELECT CONCAT_WS(' ', COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, IFNULL(COLUMN_DEFAULT, 'NULL'), EXTRA, IFNULL(COLLATION_NAME, '-'))
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, table).Rows()
 	require.NoError(t, err)
 	for rows.Next() {
@@ -278,4 +283,44 @@ func TestEnqueueTxManySmallMessagesIsChunked(t *testing.T) {
 		return e.ob.EnqueueTx(context.Background(), tx, msgs...)
 	}))
 	require.Len(t, e.rows(""), 5000)
+}
+
+// Caller-chosen IDs that differ only in case are different messages,
+// whatever the database's default collation: Transact and EnqueueTx accept
+// both, and the relay publishes both.
+func TestIDsDifferingInCaseAreDistinct(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, Config{}, testbed.ServerDefaults())
+	ctx := context.Background()
+	base := "Order-" + testbed.Suffix()
+	ids := []string{base, strings.ToLower(base), strings.ToUpper(base), "order-" + strings.ToUpper(base[6:])}
+	withID := func(id string) func(*txmsg.Message) { return func(m *txmsg.Message) { m.ID = id } }
+
+	// The business table's own key is the test's: its rows are numbered.
+	for i, id := range ids[:2] {
+		_, err := e.ob.Transact(ctx, e.msg(id, withID(id), withKey(id)), createOrder(strconv.Itoa(i)))
+		require.NoError(t, err, id)
+	}
+	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error {
+		return e.ob.EnqueueTx(ctx, tx, e.msg(ids[2], withID(ids[2]), withKey(ids[2])), e.msg(ids[3], withID(ids[3]), withKey(ids[3])))
+	}))
+	// The same ID again is still a duplicate.
+	_, err := e.ob.Transact(ctx, e.msg("again", withID(ids[1])), createOrder("again"))
+	require.ErrorIs(t, err, txmsg.ErrDuplicateID)
+
+	rows := e.rows("")
+	require.Len(t, rows, len(ids))
+	for i, row := range rows {
+		require.Equal(t, ids[i], row.MsgID)
+		require.Equal(t, ids[i], string(row.Body))
+		require.Equal(t, ids[i], row.ShardingKey)
+	}
+
+	pub := newMemPublisher()
+	start(t, e.relay(pub, RelayConfig{}))
+	require.Eventually(t, func() bool { return pub.distinct() == len(ids) }, waitFor, tick)
+	for _, id := range ids {
+		require.Equal(t, 1, pub.times(id), id)
+	}
+	require.Eventually(t, func() bool { return len(e.rows("status = ?", StatusSent)) == len(ids) }, waitFor, tick)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,13 +54,13 @@ type consumerBed struct {
 	seen []consumerSeen
 }
 
-func newConsumerBed(t *testing.T) *consumerBed {
+func newConsumerBed(t *testing.T, opts ...testbed.DBOption) *consumerBed {
 	t.Helper()
 	// First: it writes the client's and the MySQL driver's global loggers,
 	// which the calls below read.
 	testbed.QuietClientLogs()
 	ctx := context.Background()
-	db := testbed.DB(t)
+	db := testbed.DB(t, opts...)
 	topic := testbed.Topic(t)
 	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
@@ -184,6 +185,35 @@ func TestConsumerDropsDuplicates(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load(), "the handler ran once")
 	require.EqualValues(t, 1, b.inboxRows(m.ID))
 	require.EqualValues(t, 1, b.effects(m.ID))
+}
+
+// Two messages whose txmsg IDs differ only in case both run the handler,
+// whatever the database's default collation.
+func TestConsumerIDsDifferingInCaseBothHandled(t *testing.T) {
+	t.Parallel()
+	b := newConsumerBed(t, testbed.ServerDefaults())
+	var runs atomic.Int32
+	b.start(b.config(), txmsg.Handle(b.topicOf(), func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[consumerEvent]) error {
+		runs.Add(1)
+		return tx.Create(&consumerEffect{EventID: d.Message.ID, Part: d.Event.N}).Error
+	}))
+	upper := b.message(consumerEvent{N: 1})
+	upper.ID = "Order-" + testbed.Suffix()
+	lower := b.message(consumerEvent{N: 2})
+	lower.ID = strings.ToLower(upper.ID)
+	b.publish(upper, lower)
+
+	require.Eventually(t, func() bool { return len(b.of(upper.ID)) > 0 && len(b.of(lower.ID)) > 0 }, consumerWait, consumerTick)
+	for _, m := range []*txmsg.Message{upper, lower} {
+		seen := b.of(m.ID)
+		require.Len(t, seen, 1, m.ID)
+		require.NoError(t, seen[0].err, m.ID)
+		require.Equal(t, txmsg.OutcomeHandled, seen[0].outcome, m.ID)
+	}
+	require.EqualValues(t, 2, runs.Load())
+	var parts []int
+	require.NoError(t, b.db.Model(&consumerEffect{}).Where("event_id IN ?", []string{upper.ID, lower.ID}).Order("part").Pluck("part", &parts).Error)
+	require.Equal(t, []int{1, 2}, parts)
 }
 
 func TestConsumerRedeliversFailedHandler(t *testing.T) {

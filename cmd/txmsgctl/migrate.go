@@ -40,23 +40,68 @@ func cmdMigrate(ctx context.Context, e *env, args []string) error {
 		if !parts[p] {
 			continue
 		}
-		var tables string
+		var tables []string
 		switch p {
 		case "barrier":
-			tables = k.chk.Table()
-			err = k.chk.Migrate(ctx)
+			tables = []string{k.chk.Table()}
 		case "inbox":
 			in, dl := k.inbox.Tables()
-			tables = in + ", " + dl
+			tables = []string{in, dl}
+		case "outbox":
+			tables = []string{k.ob.Table(), k.ob.Table() + "_lease"}
+		}
+		before, err := k.columnTypes(ctx, tables)
+		if err != nil {
+			return err
+		}
+		switch p {
+		case "barrier":
+			err = k.chk.Migrate(ctx)
+		case "inbox":
 			err = k.inbox.Migrate(ctx)
 		case "outbox":
-			tables = k.ob.Table() + ", " + k.ob.Table() + "_lease"
 			err = k.ob.Migrate(ctx)
 		}
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%-8s %s: ok\n", p, tables)
+		after, err := k.columnTypes(ctx, tables)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%-8s %s: ok\n", p, strings.Join(tables, ", "))
+		for _, c := range changed(before, after) {
+			fmt.Fprintf(e.stdout, "         %s: converted to %s (compares byte for byte)\n", c, after[c])
+		}
 	}
 	return nil
+}
+
+// columnTypes returns the column types of tables as table.column -> type,
+// for the columns that exist.
+func (k *conn) columnTypes(ctx context.Context, tables []string) (map[string]string, error) {
+	var rows []struct{ Tbl, Col, Typ string }
+	err := k.db.WithContext(ctx).Raw(`SELECT table_name AS tbl, column_name AS col, column_type AS typ
+		FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name IN ?`, tables).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", strings.Join(tables, ", "), err)
+	}
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.Tbl+"."+r.Col] = r.Typ
+	}
+	return out, nil
+}
+
+// changed lists, sorted, the columns of before whose type differs in after:
+// what migrate converted in existing tables.
+func changed(before, after map[string]string) []string {
+	var out []string
+	for c, t := range before {
+		if a, ok := after[c]; ok && a != t {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -7,6 +7,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ func Run(t *testing.T, f Features, setup Setup) {
 		{"LocalPanicDeliversNothing", localPanicDeliversNothing},
 		{"BadInputSendsAndWritesNothing", badInput},
 		{"DuplicateIDRejected", duplicateID},
+		{"IDsDifferingInCaseAreDistinct", caseDistinctIDs},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -197,4 +199,21 @@ func duplicateID(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	require.EqualValues(t, 1, rows(t, e), "the second transaction rolled back")
 	o.DeliveredOnce(t, id)
 	require.Equal(t, []byte(`1`), o.First(id).Body)
+}
+
+// caseDistinctIDs: caller-chosen IDs that differ only in case are two
+// messages, whatever the database's collation (run the suite with
+// TXMSG_TEST_DB_DEFAULTS=1 to meet the server's default).
+func caseDistinctIDs(t *testing.T, _ Features, e Env, o *testbed.Observer) {
+	upper := "Order-" + testbed.Suffix()
+	ids := []string{upper, strings.ToLower(upper)}
+	for i, id := range ids {
+		_, err := e.Transactor.Transact(context.Background(), &txmsg.Message{ID: id, Topic: e.Topic, Body: []byte{'1' + byte(i)}}, insertRow(id))
+		require.NoError(t, err, id)
+	}
+	require.EqualValues(t, 2, rows(t, e))
+	for i, id := range ids {
+		o.DeliveredOnce(t, id)
+		require.Equal(t, []byte{'1' + byte(i)}, o.First(id).Body, id)
+	}
 }

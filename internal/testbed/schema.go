@@ -36,11 +36,13 @@ func ExecSQLFile(t testing.TB, db *gorm.DB, path string) {
 	}
 }
 
-// TableShape is what two schemas must agree on: columns with their types
-// and nullability, in order, and indexes with their columns and uniqueness.
+// TableShape is what two schemas must agree on: the table's collation,
+// columns with their types, nullability and collations, in order, and
+// indexes with their columns and uniqueness.
 type TableShape struct {
-	Columns []string
-	Indexes []string
+	Collation string
+	Columns   []string
+	Indexes   []string
 }
 
 // Shape reads table's shape from information_schema of db's current
@@ -48,7 +50,12 @@ type TableShape struct {
 func Shape(t testing.TB, db *gorm.DB, table string) TableShape {
 	t.Helper()
 	var s TableShape
-	err := db.Raw(`SELECT CONCAT(column_name, ' ', column_type, ' ', is_nullable, ' ', extra)
+	err := db.Raw(`SELECT table_collation FROM information_schema.tables
+		WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&s.Collation).Error
+	if err != nil {
+		t.Fatalf("collation of %s: %v", table, err)
+	}
+	err = db.Raw(`SELECT CONCAT(column_name, ' ', column_type, ' ', is_nullable, ' ', extra, ' ', IFNULL(collation_name, '-'))
 		FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?
 		ORDER BY ordinal_position`, table).Scan(&s.Columns).Error
 	if err != nil {
