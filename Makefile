@@ -7,7 +7,7 @@ export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
 export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
 
-.PHONY: test unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
+.PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. `go test ./...` at the root skips them; these targets
@@ -15,13 +15,23 @@ export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&lo
 NESTED_MODULES := adapters/txprom adapters/txotel
 in_nested = set -e; for m in $(NESTED_MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done
 
-## test: start RocketMQ and MariaDB if needed, then run all tests with the race detector; the chaos
-## suite's short run goes last and alone, because it kills and restarts the broker and the database.
+## test: start RocketMQ and MariaDB if needed, then run all tests with the race detector, then the
+## test-defaults packages again on databases with the server's defaults; the chaos suite's short run
+## goes last and alone, because it kills and restarts the broker and the database.
 CHAOS_PKG := ./cmd/txchaos
 test: services-up vet fmt-check wire-check
 	TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(CHAOS_PKG))")
 	@$(call in_nested,TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m ./...)
+	$(RUN_TEST_DEFAULTS)
 	TXMSG_REQUIRE_SERVICES=1 TXMSG_CHAOS_INFRA=1 $(GO) test -race -count=1 -timeout 15m $(CHAOS_PKG)
+
+## test-defaults: the packages that own or use txmsg's tables again, each test database created the
+## way a DBA creates one (plain CREATE DATABASE: the server's default collation, e.g. utf8mb4_general_ci,
+## and its default isolation level) instead of utf8mb4_bin. `make test` runs it too.
+DEFAULTS_PKGS := ./checker/ ./txmsg/ ./adapters/outbox/ ./adapters/txrmq/ ./internal/... ./cmd/txmsgctl/ ./examples/...
+RUN_TEST_DEFAULTS = TXMSG_TEST_DB_DEFAULTS=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(DEFAULTS_PKGS)
+test-defaults: services-up
+	$(RUN_TEST_DEFAULTS)
 
 ## unit: the tests that need no services (others skip).
 unit:

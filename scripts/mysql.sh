@@ -47,6 +47,8 @@ root_sql() {
 	mysql --protocol=socket -u root "$@"
 }
 
+# The database takes the server's default character set and collation, as a
+# DBA's would; txmsg's tables set their own (utf8mb4, binary identifiers).
 provision() {
 	if ! command -v mysql >/dev/null 2>&1; then
 		return 0
@@ -59,13 +61,13 @@ CREATE USER IF NOT EXISTS '$user'@'%' IDENTIFIED BY '$pass';
 GRANT ALL PRIVILEGES ON *.* TO '$user'@'localhost';
 GRANT ALL PRIVILEGES ON *.* TO '$user'@'127.0.0.1';
 GRANT ALL PRIVILEGES ON *.* TO '$user'@'%';
-CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+CREATE DATABASE IF NOT EXISTS \`$db\`;
 FLUSH PRIVILEGES;
 SQL
 	else
 		# A server we did not install: assume the user exists and only make the database.
 		mysql --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" \
-			-e "CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" ||
+			-e "CREATE DATABASE IF NOT EXISTS \`$db\`" ||
 			{ log "cannot log in as $user on $host:$port; create that user with ALL privileges, or set TXMSG_MYSQL_USER/TXMSG_MYSQL_PASSWORD"; exit 1; }
 	fi
 }
