@@ -122,3 +122,18 @@ func TestMigrateConvertsOldTables(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeDuplicate, o)
 }
+
+// docs/upgrade-binary-ids.sql, the upgrade for DBAs, leaves old tables as
+// "txmsgctl migrate" makes them.
+func TestUpgradeSQLMatchesMigrate(t *testing.T) {
+	t.Parallel()
+	old := testbed.DB(t, testbed.ServerDefaults())
+	testbed.ExecSQLFile(t, old, "testdata/old_tables.sql")
+	testbed.ExecSQLFile(t, old, "../../docs/upgrade-binary-ids.sql")
+	fresh, dsn := testbed.DBWithDSN(t, testbed.ServerDefaults())
+	r := ctl(t, map[string]string{"TXMSG_DSN": dsn}, "migrate")
+	require.Equal(t, exitOK, r.code, r)
+	for _, table := range allTables {
+		require.Equal(t, testbed.Shape(t, fresh, table), testbed.Shape(t, old, table), table)
+	}
+}

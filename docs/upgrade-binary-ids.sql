@@ -1,0 +1,40 @@
+-- Converts txmsg tables created before their identifier columns were
+-- VARBINARY (default table names; replace them if yours differ). This is
+-- what `txmsgctl migrate` runs, as plain SQL for a DBA or an online schema
+-- change tool. Each statement rebuilds its table and blocks writes to it
+-- while it runs; see docs/reliability.md, "Upgrading tables created before
+-- identifiers were binary".
+--
+-- First check that no value is longer than its column in bytes: each query
+-- below must return no rows. With STRICT_TRANS_TABLES off the server would
+-- cut such a value (`txmsgctl migrate` checks and refuses by itself).
+-- SELECT tx_id FROM txmsg_barrier WHERE OCTET_LENGTH(tx_id) > 255;
+-- SELECT id FROM txmsg_inbox WHERE OCTET_LENGTH(consumer_group) > 255 OR OCTET_LENGTH(msg_id) > 255 OR OCTET_LENGTH(topic) > 127;
+-- SELECT id FROM txmsg_dead_letter WHERE OCTET_LENGTH(consumer_group) > 255 OR OCTET_LENGTH(msg_id) > 255 OR OCTET_LENGTH(broker_message_id) > 255 OR OCTET_LENGTH(topic) > 127;
+-- SELECT id FROM txmsg_outbox WHERE OCTET_LENGTH(msg_id) > 255 OR OCTET_LENGTH(topic) > 127 OR OCTET_LENGTH(tag) > 255 OR OCTET_LENGTH(`keys`) > 1024 OR OCTET_LENGTH(sharding_key) > 255;
+-- SELECT bucket FROM txmsg_outbox_lease WHERE OCTET_LENGTH(owner) > 255 OR OCTET_LENGTH(wanted_by) > 255;
+
+ALTER TABLE `txmsg_barrier`
+  MODIFY `tx_id` varbinary(255) NOT NULL;
+
+ALTER TABLE `txmsg_inbox`
+  MODIFY `consumer_group` varbinary(255) NOT NULL,
+  MODIFY `msg_id` varbinary(255) NOT NULL,
+  MODIFY `topic` varbinary(127) NOT NULL;
+
+ALTER TABLE `txmsg_dead_letter`
+  MODIFY `consumer_group` varbinary(255) NOT NULL,
+  MODIFY `msg_id` varbinary(255) NOT NULL,
+  MODIFY `broker_message_id` varbinary(255) NOT NULL,
+  MODIFY `topic` varbinary(127) NOT NULL;
+
+ALTER TABLE `txmsg_outbox`
+  MODIFY `msg_id` varbinary(255) NOT NULL,
+  MODIFY `topic` varbinary(127) NOT NULL,
+  MODIFY `tag` varbinary(255) NOT NULL DEFAULT '',
+  MODIFY `keys` varbinary(1024) NOT NULL DEFAULT '',
+  MODIFY `sharding_key` varbinary(255) NOT NULL DEFAULT '';
+
+ALTER TABLE `txmsg_outbox_lease`
+  MODIFY `owner` varbinary(255) NOT NULL DEFAULT '',
+  MODIFY `wanted_by` varbinary(255) NOT NULL DEFAULT '';
