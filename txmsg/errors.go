@@ -37,6 +37,10 @@ var (
 	// ErrClosed means the component was closed; nothing was sent or
 	// written.
 	ErrClosed = errors.New("txmsg: closed")
+	// ErrPurgeTooYoung means [Inbox.Purge] was asked to delete rows whose
+	// messages the broker may still redeliver (younger than
+	// [MinInboxPurgeAge]); nothing was deleted.
+	ErrPurgeTooYoung = errors.New("txmsg: purge age is inside the broker's redelivery span")
 	// ErrDecode means a message body could not be decoded into the
 	// handler's type. Consumers park such messages instead of retrying.
 	ErrDecode = errors.New("txmsg: cannot decode message body")
