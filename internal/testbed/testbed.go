@@ -253,3 +253,15 @@ func Open(dsn string) (*gorm.DB, error) {
 	sqlDB.SetMaxOpenConns(50)
 	return db, nil
 }
+
+// LogWriter returns a writer whose every Write is one t.Log line, for
+// loggers and tools that take an io.Writer: their output shows with the
+// test's, when it fails or runs with -v.
+func LogWriter(t testing.TB) io.Writer { return logWriter{t} }
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
