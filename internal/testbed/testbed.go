@@ -182,6 +182,10 @@ func CreateTopic(ctx context.Context, topic string, queues int) error {
 	}
 }
 
+// DBPrefix starts the name of every database the tests, the demo and the
+// tools create: scripts/mysql.sh grants the txmsg user these only.
+const DBPrefix = "txmsg_"
+
 // DB returns a gorm handle on a fresh database made for t and dropped when
 // t ends.
 func DB(t testing.TB) *gorm.DB {
@@ -206,11 +210,13 @@ func DBWithDSN(t testing.TB) (*gorm.DB, string) {
 	if err != nil {
 		unavailable(t, "MySQL/MariaDB at "+base.Addr, "scripts/mysql.sh start", err)
 	}
-	name := strings.ToLower(Name(t, "t"))
-	if len(name) > 64 {
-		name = name[len(name)-64:]
+	// txmsg_ first: scripts/mysql.sh grants the test user txmsg_* databases
+	// only. The end of the name (test name and random suffix) is kept.
+	name := strings.TrimLeft(strings.ToLower(Name(t, "")), "_-")
+	if len(name) > 64-len(DBPrefix) {
+		name = strings.TrimLeft(name[len(name)-(64-len(DBPrefix)):], "_-")
 	}
-	name = strings.TrimLeft(name, "_-")
+	name = DBPrefix + name
 	if err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
