@@ -34,6 +34,10 @@ var (
 	// if the commit landed. The caller should look the business row up
 	// rather than retry blindly.
 	ErrOutcomeUnknown = errors.New("txmsg: outcome of the local commit is unknown; the barrier decides")
+	// ErrNotStarted means a component was used before its Start returned
+	// (for a relay: while its Run is not running); nothing was sent or
+	// written.
+	ErrNotStarted = errors.New("txmsg: not started")
 	// ErrClosed means the component was closed; nothing was sent or
 	// written.
 	ErrClosed = errors.New("txmsg: closed")

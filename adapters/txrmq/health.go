@@ -138,7 +138,7 @@ func (t *Transactional) Health(ctx context.Context) error {
 	case closed:
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrClosed)
 	case !started:
-		return fmt.Errorf("rocketmq: transactional producer of group %q is not started", t.cfg.Group)
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrNotStarted)
 	}
 	if err := pingDB(ctx, t.db); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: database: %w", t.cfg.Group, err)
@@ -189,7 +189,7 @@ func (c *Consumer) Health(ctx context.Context) error {
 	case startErr != nil:
 		return startErr
 	case !started:
-		return fmt.Errorf("rocketmq: consumer of group %q is not started", c.cfg.Group)
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, txmsg.ErrNotStarted)
 	}
 	if err := c.inbox.Ping(ctx); err != nil {
 		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)

@@ -128,7 +128,7 @@ func (p *Publisher) enter() error {
 	case p.closed:
 		return txmsg.ErrClosed
 	case !p.started:
-		return errors.New("rocketmq: publisher not started; call Start first")
+		return fmt.Errorf("rocketmq: publisher of group %q: %w; call Start first", p.cfg.Group, txmsg.ErrNotStarted)
 	}
 	p.wg.Add(1)
 	return nil

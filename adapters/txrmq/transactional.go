@@ -132,7 +132,7 @@ func (t *Transactional) enter() error {
 		return txmsg.ErrClosed
 	}
 	if !t.started {
-		return fmt.Errorf("rocketmq: transactional producer not started; call Start first")
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w; call Start first", t.cfg.Group, txmsg.ErrNotStarted)
 	}
 	t.wg.Add(1)
 	return nil
