@@ -20,6 +20,11 @@ const (
 	DefaultDeadLetterTable = "txmsg_dead_letter"
 )
 
+// DefaultPurgeBatch is the number of rows each purge statement deletes
+// when a Purge method is given a batch of 0: [Inbox.Purge], the outbox's
+// and the checker's.
+const DefaultPurgeBatch = store.DefaultPurgeBatch
+
 // MinInboxPurgeAge is the youngest age [Inbox.Purge] accepts. An inbox row
 // is what turns a redelivery into a duplicate: once it is purged, a
 // redelivery of its message runs the handler, and its effects, a second
@@ -72,7 +77,8 @@ type InboxConfig struct {
 	// level); nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks observe every message processed through this inbox
-	// (HookBeforeHandle, HookConsumed). Optional.
+	// (HookBeforeHandle, HookConsumed), whichever consumer runs it. A hook
+	// that implements no hook interface is refused. Optional.
 	Hooks Hooks
 }
 
@@ -133,7 +139,11 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: cfg.Hooks,
+	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
@@ -236,7 +246,7 @@ func (in *Inbox) Park(ctx context.Context, group string, r *Received, cause erro
 }
 
 // Purge deletes inbox rows handled more than olderThan ago, in batches of
-// batch rows (0 means 1000). It refuses, with [ErrPurgeTooYoung] and
+// batch rows (0 means [DefaultPurgeBatch]). It refuses, with [ErrPurgeTooYoung] and
 // without deleting anything, an olderThan shorter than [MinInboxPurgeAge]:
 // a redelivery after an early purge would run its handler twice.
 func (in *Inbox) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {

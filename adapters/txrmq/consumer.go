@@ -35,13 +35,13 @@ const (
 type ConsumerConfig struct {
 	Config
 	// Concurrency is the most handlers running at once, across all routes,
-	// from 1 to 1000. Default DefaultConcurrency (16). Each running handler
+	// from 1 to 1000. Default [DefaultConcurrency] (16). Each running handler
 	// holds one database connection; keep it below the pool's size.
 	Concurrency int
 	// MaxReconsumeTimes is how many times a message whose handler keeps
 	// failing is delivered again; after that the broker moves it to the
 	// dead-letter topic %DLQ%<Group> (which consumers do not read; inspect
-	// and resend it with mqadmin). Default DefaultMaxReconsumeTimes (16).
+	// and resend it with mqadmin). Default [DefaultMaxReconsumeTimes] (16).
 	MaxReconsumeTimes int
 	// RetryDelayLevel is the broker delay level of every redelivery after
 	// a handler error. Zero, the default, lets the broker pick level
@@ -132,6 +132,9 @@ type Consumer struct {
 // begin consuming. Every route must be valid and have its own topic.
 func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.noHooks("consumer", "set them on the Inbox (txmsg.InboxConfig.Hooks)"); err != nil {
 		return nil, err
 	}
 	if inbox == nil {

@@ -15,13 +15,16 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
+// DefaultMaxBatch is PublisherConfig.MaxBatch's default.
+const DefaultMaxBatch = 128
+
 // PublisherConfig configures a [Publisher].
 type PublisherConfig struct {
 	Config
 	// MaxBatch is the most messages sent in one batch request. Messages to
 	// the same topic (and, when ordered, the same sharding key) are batched
-	// up to this count and up to MaxBodySize bytes. Default 128; 1 turns
-	// batching off.
+	// up to this count and up to MaxBodySize bytes. Default
+	// [DefaultMaxBatch] (128); 1 turns batching off.
 	MaxBatch int
 	// Topics are fetched at Start, so the first sends to them do not each
 	// look the route up (concurrent first sends to a new topic can fail
@@ -50,11 +53,14 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate("publisher"); err != nil {
 		return nil, err
 	}
+	if err := cfg.noHooks("publisher", "a relay's batches are observed through outbox.RelayConfig.Hooks"); err != nil {
+		return nil, err
+	}
 	if cfg.MaxBatch < 0 {
 		return nil, fmt.Errorf("%w: publisher: MaxBatch must not be negative", txmsg.ErrInvalidConfig)
 	}
 	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 128
+		cfg.MaxBatch = DefaultMaxBatch
 	}
 	for _, t := range cfg.Topics {
 		if err := txmsg.ValidateTopic(t); err != nil {

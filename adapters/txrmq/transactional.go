@@ -78,6 +78,11 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 	if db == nil || chk == nil {
 		return nil, fmt.Errorf("%w: transactional producer: db and checker are required", txmsg.ErrInvalidConfig)
 	}
+	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("transactional producer: %w", err)
+	}
+	cfg.Hooks = hooks
 	for _, t := range cfg.Topics {
 		if err := txmsg.ValidateTopic(t); err != nil {
 			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)

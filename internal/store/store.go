@@ -35,6 +35,10 @@ func IsDuplicate(db *gorm.DB, err error) bool {
 	return false
 }
 
+// DefaultPurgeBatch is the batch size of a purge asked for 0 rows per
+// statement.
+const DefaultPurgeBatch = 1000
+
 // PurgeBefore deletes rows of table whose timeCol is before cutoff and that
 // match where (optional), at most batch rows per statement, until none are
 // left or ctx ends. Small batches keep each delete's locks short. pk names
@@ -46,7 +50,7 @@ func IsDuplicate(db *gorm.DB, err error) bool {
 // no longer matches and is kept.
 func PurgeBefore(ctx context.Context, db *gorm.DB, table, pk, timeCol string, cutoff time.Time, batch int, where ...clause.Expression) (int64, error) {
 	if batch <= 0 {
-		batch = 1000
+		batch = DefaultPurgeBatch
 	}
 	match := func(q *gorm.DB) *gorm.DB {
 		q = q.Where(clause.Lt{Column: clause.Column{Name: timeCol}, Value: cutoff})
