@@ -7,16 +7,15 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
-	"unsafe"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -266,13 +265,6 @@ func (c *Consumer) start() error {
 // settleWait bounds how long Start waits for the group's retry topic.
 const settleWait = 5 * time.Second
 
-// consumerClient is the part of the client's internal RMQClient that
-// settle uses; none of its methods has internal types in its signature.
-type consumerClient interface {
-	UpdateTopicRouteInfo()
-	RebalanceImmediately()
-}
-
 // settle waits until the client knows the route of the group's retry topic,
 // then runs one rebalance to completion.
 //
@@ -286,11 +278,11 @@ type consumerClient interface {
 // that, and a new group's first redeliveries wait as long.
 //
 // The client has no public call for either, so settle reaches the client
-// behind the push consumer by reflection, as warmRoutes does for
-// producers. If the pinned version's fields are not there, it does
-// nothing and the client catches up on its own schedule.
+// behind the push consumer through package clientinternals. If the pinned
+// version's fields are not there, it does nothing and the client catches
+// up on its own schedule.
 func (c *Consumer) settle() {
-	cl := consumerClientOf(c.pc)
+	cl := clientinternals.ConsumerClientOf(c.pc)
 	rs, ok := c.pc.(interface{ IsSubscribeTopicNeedUpdate(topic string) bool })
 	if cl == nil || !ok {
 		c.log.Debug("cannot reach the client's rebalance; queues are assigned in the background")
@@ -309,26 +301,6 @@ func (c *Consumer) settle() {
 	// subscribed queue this instance owns has a process queue and a start
 	// offset.
 	cl.RebalanceImmediately()
-}
-
-// consumerClientOf returns the client behind push consumer pc, or nil.
-func consumerClientOf(pc any) (cl consumerClient) {
-	defer func() {
-		if recover() != nil {
-			cl = nil
-		}
-	}()
-	v := reflect.ValueOf(pc)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	f := v.Elem().FieldByName("client") // promoted from the embedded *defaultConsumer
-	if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
-		return nil
-	}
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
-	cl, _ = f.Interface().(consumerClient)
-	return cl
 }
 
 // brokerGroup is the group's name on the broker, with the namespace.

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -96,7 +97,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 	}
 	p.started = true
 	if len(p.cfg.Topics) > 0 {
-		if err := warmProducerRoutes(p.prod, p.cfg.Topics); err != nil {
+		if err := clientinternals.WarmProducer(p.prod, p.cfg.Topics); err != nil {
 			p.log.Warn("cannot pre-fetch topic routes; the first sends look them up", "topics", p.cfg.Topics, "err", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -121,9 +122,9 @@ func (t *Transactional) Start(ctx context.Context) error {
 	}
 	t.started = true
 	if len(t.cfg.Topics) > 0 {
-		if err := warmRoutes(t.prod, t.cfg.Topics); err != nil {
+		if err := clientinternals.WarmTransactionProducer(t.prod, t.cfg.Topics); err != nil {
 			t.log.Warn("cannot pre-fetch topic routes; check-backs reach this instance after its first send", "err", err)
-		} else if missing, err := topicsReady(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
+		} else if missing, err := clientinternals.MissingRoutes(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
 			t.log.Warn("topics have no route yet", "topics", missing)
 		}
 	}
