@@ -88,3 +88,34 @@ func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 	}
 	return res.RowsAffected, nil
 }
+
+// Rows returns the rows with the given txmsg IDs, whatever their status,
+// in id order. IDs with no row are left out.
+func (o *Outbox) Rows(ctx context.Context, ids ...string) ([]Row, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var rows []Row
+	if err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("msg_id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("outbox: read %s: %w", o.cfg.Table, err)
+	}
+	return rows, nil
+}
+
+// DeleteDead deletes the dead rows with the given txmsg IDs and returns
+// how many it deleted; rows in another status are left alone, in the same
+// statement, so a row requeued meanwhile is kept. Their messages are never
+// published.
+func (o *Outbox) DeleteDead(ctx context.Context, ids ...string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ? AND msg_id IN ?", StatusDead, ids).Delete(map[string]any{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("outbox: delete dead rows of %s: %w", o.cfg.Table, res.Error)
+	}
+	if res.RowsAffected > 0 {
+		o.log.Info("deleted dead rows", "rows", res.RowsAffected, "txmsg_ids", ids)
+	}
+	return res.RowsAffected, nil
+}

@@ -57,7 +57,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 		{chk.Table(), "barrier rows", *barrier, chk.Purge},
 		{inTable, "inbox rows", *inbox, k.inbox.Purge},
 		{dlTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
-			return purgeParked(ctx, k.db, dlTable, "", nil, age, batch)
+			return k.inbox.PurgeParked(ctx, age, batch, "")
 		}},
 	}
 	for _, s := range steps {
