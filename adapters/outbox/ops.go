@@ -47,11 +47,15 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
+// DefaultDeadLimit is how many rows [Outbox.Dead] returns for a limit of 0.
+const DefaultDeadLimit = 100
+
 // Dead returns up to limit dead rows, oldest first, for inspection before
-// a [Outbox.Requeue] or [Outbox.PurgeDead]. limit 0 means 100.
+// a [Outbox.Requeue] or [Outbox.PurgeDead]. limit 0 means
+// [DefaultDeadLimit].
 func (o *Outbox) Dead(ctx context.Context, limit int) ([]Row, error) {
 	if limit <= 0 {
-		limit = 100
+		limit = DefaultDeadLimit
 	}
 	var rows []Row
 	err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ?", StatusDead).

@@ -356,7 +356,7 @@ func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publish
 func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
 	d := newDeadCmd(e, "purge", "-kind outbox|consumer [flags] (-older-than D | ID...)")
 	olderThan := d.fs.Duration("older-than", 0, "delete those that died or were parked more than this long ago (0s: all of them)")
-	batch := d.fs.Int("batch", 1000, "rows deleted per statement")
+	batch := d.fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	if err := d.parse(args); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	inbox := fs.Duration("inbox-older-than", 72*time.Hour, fmt.Sprintf("delete inbox rows handled longer ago than this (at least %s, the broker's redelivery horizon); negative skips", txmsg.MinInboxPurgeAge))
 	dead := fs.Duration("dead-older-than", -1, "also delete dead outbox rows that died longer ago than this; negative (the default) skips")
 	parked := fs.Duration("dead-letters-older-than", -1, "also delete parked messages parked longer ago than this; negative (the default) skips")
-	batch := fs.Int("batch", 1000, "rows deleted per statement")
+	batch := fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
