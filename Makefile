@@ -10,8 +10,10 @@ export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&lo
 .PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
-# nor OpenTelemetry. `go test ./...` at the root skips them; these targets
-# run them with the same environment.
+# nor OpenTelemetry. They require a released version of the root module; the
+# root go.work points that at this tree. `go test ./...` at the root does not
+# match their packages (workspace mode or not); these targets run them with
+# the same environment.
 NESTED_MODULES := adapters/txprom adapters/txotel
 in_nested = set -e; for m in $(NESTED_MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done
 
@@ -59,15 +61,18 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 ## wire-check: fail when a wire_gen.go is stale: regenerate in a temporary copy of the module and diff.
+## wire runs at the version go.mod requires, without being a tool of the module (its own dependencies
+## stay out of go.mod).
 WIRE_PKGS := ./examples/orderservice
+WIRE = $(GO) run github.com/google/wire/cmd/wire@$$($(GO) list -m -f '{{.Version}}' github.com/google/wire)
 wire-check:
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	tar -cf - --exclude=./.git --exclude=./.cache . | tar -xf - -C "$$tmp"; \
-	(cd "$$tmp" && $(GO) run github.com/google/wire/cmd/wire gen $(WIRE_PKGS) >"$$tmp/wire.log" 2>&1) || { cat "$$tmp/wire.log"; exit 1; }; \
+	(cd "$$tmp" && $(WIRE) gen $(WIRE_PKGS) >"$$tmp/wire.log" 2>&1) || { cat "$$tmp/wire.log"; exit 1; }; \
 	stale=0; for p in $(WIRE_PKGS); do \
 		diff -u "$$p/wire_gen.go" "$$tmp/$$p/wire_gen.go" || stale=1; \
 	done; \
-	if [ $$stale -ne 0 ]; then echo "wire_gen.go is stale; run: $(GO) run github.com/google/wire/cmd/wire $(WIRE_PKGS)/..."; exit 1; fi
+	if [ $$stale -ne 0 ]; then echo "wire_gen.go is stale; run: $(GO) run github.com/google/wire/cmd/wire@v0.7.0 $(WIRE_PKGS)/..."; exit 1; fi
 
 ## demo: run examples/orderservice against the real broker and database, drive ~200 orders and print a consistency report (MODE=transactional|outbox).
 DEMO_BIN := .cache/demo/orderservice

@@ -45,6 +45,9 @@ const (
 // margin. Barrier rows younger than this are never purged.
 const DefaultCheckWindow = 30 * time.Minute
 
+// DefaultResolveTimeout is Config.ResolveTimeout's default.
+const DefaultResolveTimeout = 3 * time.Second
+
 // Barrier is one row of the barrier table. tx_id is VARBINARY so that IDs
 // compare byte for byte whatever the database's collation: "Order-1" and
 // "order-1" are two transactions.
@@ -60,7 +63,7 @@ type Config struct {
 	Table string
 	// ResolveTimeout bounds one check-back answer. The client answers
 	// check-backs one at a time, so a slow answer delays all others.
-	// Default 3 s.
+	// Default [DefaultResolveTimeout] (3 s).
 	ResolveTimeout time.Duration
 	// CheckWindow is the broker's whole check window
 	// (transactionTimeOut + transactionCheckMax × transactionCheckInterval).
@@ -93,7 +96,7 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 		return nil, fmt.Errorf("%w: checker: durations must not be negative", txmsg.ErrInvalidConfig)
 	}
 	if cfg.ResolveTimeout == 0 {
-		cfg.ResolveTimeout = 3 * time.Second
+		cfg.ResolveTimeout = DefaultResolveTimeout
 	}
 	if cfg.CheckWindow == 0 {
 		cfg.CheckWindow = DefaultCheckWindow
@@ -224,7 +227,7 @@ func (c *Checker) state(ctx context.Context, txID string) (string, error) {
 var ErrCutoffInWindow = errors.New("checker: purge cutoff is inside the broker's check window")
 
 // Purge deletes barrier rows older than olderThan, in batches of batch rows
-// (0 means 1000). It refuses an olderThan shorter than the configured
+// (0 means [txmsg.DefaultPurgeBatch]). It refuses an olderThan shorter than the configured
 // CheckWindow: a purged row would let a late check-back answer ROLLBACK for
 // a committed transaction.
 func (c *Checker) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {

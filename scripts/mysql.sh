@@ -14,8 +14,22 @@
 # docker/compose.yml) when a Docker engine answers, else MariaDB from the OS
 # packages (TXMSG_MYSQL_MODE=packages forces the latter).
 #
+# What it grants. The user exists only at localhost and 127.0.0.1 (never
+# '%'), with privileges on the databases named txmsg_* only (`txmsg\_%`):
+# the tests, the demo, txbench and txchaos create theirs with that prefix.
+#   - A server this script started: it creates the user with those grants.
+#   - A server it did not start (already listening on the port): it never
+#     widens a grant there. It prints every statement before it runs it.
+#     When the user can log in, it only creates TXMSG_MYSQL_DB as that user.
+#     When the user does not exist and local root can log in through the
+#     server's socket, it creates the user with the grants above. An existing
+#     user that cannot log in, or a missing privilege, is left to the DBA:
+#     the script prints the statements to run and exits 1.
+#
 # Environment: TXMSG_MYSQL_HOST (127.0.0.1), TXMSG_MYSQL_PORT (3306),
-# TXMSG_MYSQL_DB (txmsg_test), TXMSG_MYSQL_USER / TXMSG_MYSQL_PASSWORD (txmsg/txmsg).
+# TXMSG_MYSQL_SOCKET (the server's unix socket, for local root; by default the
+# client's), TXMSG_MYSQL_DB (txmsg_test), TXMSG_MYSQL_USER /
+# TXMSG_MYSQL_PASSWORD (txmsg/txmsg).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,9 +40,11 @@ port=${TXMSG_MYSQL_PORT:-3306}
 db=${TXMSG_MYSQL_DB:-txmsg_test}
 user=${TXMSG_MYSQL_USER:-txmsg}
 pass=${TXMSG_MYSQL_PASSWORD:-txmsg}
+socket=${TXMSG_MYSQL_SOCKET:-}
 marker=$cache/mysql/started-by-txmsg
 
 log() { printf 'mysql.sh: %s\n' "$*" >&2; }
+
 
 answers() {
 	# A TCP connect is not enough: the server must accept our user.
@@ -44,32 +60,105 @@ listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
 
 root_sql() {
 	# Local root through the unix socket (Debian's MariaDB default auth).
-	mysql --protocol=socket -u root "$@"
+	mysql --protocol=socket ${socket:+--socket="$socket"} -u root "$@"
+}
+
+# root_ok: local root logs in, and on the server of $port, not on another
+# one that happens to own the default socket.
+root_ok() {
+	command -v mysql >/dev/null 2>&1 || return 1
+	[ "$(root_sql -N -B -e 'SELECT @@port' 2>/dev/null)" = "$port" ]
+}
+
+user_sql() {
+	mysql --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" "$@"
+}
+
+# grant_sql is all this script ever grants: the user at the loopback hosts,
+# on txmsg_* databases.
+grant_sql() {
+	cat <<SQL
+CREATE USER IF NOT EXISTS '$user'@'localhost' IDENTIFIED BY '$pass';
+CREATE USER IF NOT EXISTS '$user'@'127.0.0.1' IDENTIFIED BY '$pass';
+GRANT ALL PRIVILEGES ON \`txmsg\\_%\`.* TO '$user'@'localhost';
+GRANT ALL PRIVILEGES ON \`txmsg\\_%\`.* TO '$user'@'127.0.0.1';
+SQL
 }
 
 # The database takes the server's default character set and collation, as a
 # DBA's would; txmsg's tables set their own (utf8mb4, binary identifiers).
+db_sql() {
+	echo "CREATE DATABASE IF NOT EXISTS \`$db\`;"
+}
+
+# show prints what is about to run on the server, with the password masked.
+show() {
+	log "$1"
+	sed -e "s/IDENTIFIED BY '[^']*'/IDENTIFIED BY '****'/" -e "s/IDENTIFIED BY PASSWORD '[^']*'/IDENTIFIED BY PASSWORD '****'/" -e 's/^/    /' >&2
+}
+
+# broad_grants prints the user's grants that reach beyond txmsg_*
+# databases or beyond the loopback hosts (from an older version of this
+# script, or a DBA); the script reports them and changes nothing.
+broad_grants() {
+	root_sql -N -B -e "SELECT CONCAT(User,'@',Host) FROM mysql.user WHERE User='$user' AND Host NOT IN ('localhost','127.0.0.1')" 2>/dev/null || true
+	local h
+	for h in localhost 127.0.0.1; do
+		root_sql -N -B -e "SHOW GRANTS FOR '$user'@'$h'" 2>/dev/null | grep -E ' ON \*\.\* ' | grep -v 'GRANT USAGE ON' || true
+	done
+}
+
 provision() {
+	# The names go into SQL text: allow only what needs no quoting.
+	[[ $user =~ ^[A-Za-z0-9_]{1,32}$ ]] || { log "TXMSG_MYSQL_USER must be letters, digits and _"; exit 2; }
+	[[ $db =~ ^txmsg_[A-Za-z0-9_]{1,58}$ ]] || { log "TXMSG_MYSQL_DB must be txmsg_ followed by letters, digits and _ (the user's grants cover txmsg_* only)"; exit 2; }
+	[[ $pass != *[\'\\]* ]] || { log "TXMSG_MYSQL_PASSWORD must not contain ' or \\"; exit 2; }
 	if ! command -v mysql >/dev/null 2>&1; then
+		log "no mysql client: cannot check user $user or create $db"
 		return 0
 	fi
-	if root_sql -e 'SELECT 1' >/dev/null 2>&1; then
-		root_sql <<SQL
-CREATE USER IF NOT EXISTS '$user'@'localhost' IDENTIFIED BY '$pass';
-CREATE USER IF NOT EXISTS '$user'@'127.0.0.1' IDENTIFIED BY '$pass';
-CREATE USER IF NOT EXISTS '$user'@'%' IDENTIFIED BY '$pass';
-GRANT ALL PRIVILEGES ON *.* TO '$user'@'localhost';
-GRANT ALL PRIVILEGES ON *.* TO '$user'@'127.0.0.1';
-GRANT ALL PRIVILEGES ON *.* TO '$user'@'%';
-CREATE DATABASE IF NOT EXISTS \`$db\`;
-FLUSH PRIVILEGES;
-SQL
+	# The marker is written when this script starts MariaDB; local root must
+	# also reach that server, or it is treated as someone else's.
+	if [ -f "$marker" ] && root_ok; then
+		provision_own
 	else
-		# A server we did not install: assume the user exists and only make the database.
-		mysql --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" \
-			-e "CREATE DATABASE IF NOT EXISTS \`$db\`" ||
-			{ log "cannot log in as $user on $host:$port; create that user with ALL privileges, or set TXMSG_MYSQL_USER/TXMSG_MYSQL_PASSWORD"; exit 1; }
+		provision_foreign
 	fi
+}
+
+# provision_own sets the user up on the server this script started.
+provision_own() {
+	{ grant_sql; db_sql; } | show "setting up user $user on the server this script started ($host:$port):"
+	{ grant_sql; db_sql; } | root_sql
+	local broad
+	broad=$(broad_grants)
+	if [ -n "$broad" ]; then
+		printf '%s\n' "$broad" | show "note: $user also holds these wider grants, not made by this script version; revoke them if they are not needed:"
+	fi
+}
+
+# provision_foreign never widens a grant on a server this script did not
+# start.
+provision_foreign() {
+	if user_sql -e 'SELECT 1' >/dev/null 2>&1; then
+		db_sql | show "the server on $host:$port was not started by this script; as $user it runs only:"
+		db_sql | user_sql && return 0
+		grant_sql | show "$user cannot create $db; a DBA can allow txmsg_* databases with:"
+		exit 1
+	fi
+	if ! root_ok; then
+		{ grant_sql; db_sql; } | show "cannot log in as $user on $host:$port (a server this script did not start); a DBA can create the user with:"
+		exit 1
+	fi
+	local existing
+	existing=$(root_sql -N -B -e "SELECT CONCAT(User,'@',Host) FROM mysql.user WHERE User='$user'")
+	if [ -n "$existing" ]; then
+		printf '%s\n' "$existing" | show "user $user exists on $host:$port but cannot log in with TXMSG_MYSQL_PASSWORD; it is left as it is:"
+		log "set TXMSG_MYSQL_USER/TXMSG_MYSQL_PASSWORD to an account that can create txmsg_* databases"
+		exit 1
+	fi
+	{ grant_sql; db_sql; } | show "the server on $host:$port was not started by this script; creating user $user there, as local root:"
+	{ grant_sql; db_sql; } | root_sql
 }
 
 install_mariadb() {
@@ -107,6 +196,12 @@ CNF
 
 start_mariadb() {
 	install_mariadb
+	if pidof mariadbd >/dev/null 2>&1 || pidof mysqld >/dev/null 2>&1; then
+		# A server runs, but not on $port: rewriting the system's config
+		# and restarting it would move a server this script may not own.
+		log "a MariaDB/MySQL server is already running, not on $host:$port; not reconfiguring it (set TXMSG_MYSQL_PORT to its port)"
+		exit 1
+	fi
 	write_conf
 	mkdir -p "$(dirname "$marker")"
 	log "starting MariaDB"

@@ -34,9 +34,17 @@ var (
 	// if the commit landed. The caller should look the business row up
 	// rather than retry blindly.
 	ErrOutcomeUnknown = errors.New("txmsg: outcome of the local commit is unknown; the barrier decides")
+	// ErrNotStarted means a component was used before its Start returned
+	// (for a relay: while its Run is not running); nothing was sent or
+	// written.
+	ErrNotStarted = errors.New("txmsg: not started")
 	// ErrClosed means the component was closed; nothing was sent or
 	// written.
 	ErrClosed = errors.New("txmsg: closed")
+	// ErrPurgeTooYoung means [Inbox.Purge] was asked to delete rows whose
+	// messages the broker may still redeliver (younger than
+	// [MinInboxPurgeAge]); nothing was deleted.
+	ErrPurgeTooYoung = errors.New("txmsg: purge age is inside the broker's redelivery span")
 	// ErrDecode means a message body could not be decoded into the
 	// handler's type. Consumers park such messages instead of retrying.
 	ErrDecode = errors.New("txmsg: cannot decode message body")

@@ -2,6 +2,12 @@ package txmsg
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -9,7 +15,15 @@ import (
 // below. Components take a []Hook in their config and call, for each
 // event, the hooks that implement that event's interface; others are
 // skipped. Hooks run on the calling goroutine, inline: keep them fast and
-// never block. A panicking hook is recovered and ignored.
+// never block.
+//
+// Components refuse, with [ErrInvalidConfig], a hook that implements none
+// of the interfaces (see [Hooks.Validate]). A panicking hook is recovered:
+// the event goes on to the other hooks and the component carries on. The
+// first panic of each hook in each kind of event is logged at error level
+// with its stack, to the component's Logger (or slog.Default() when the
+// hooks are called directly); later ones of the same hook and kind are not
+// logged again.
 //
 // Metrics and tracing live in optional packages built on these
 // interfaces, each a Go module of its own (adapters/txprom,
@@ -66,61 +80,176 @@ type HookConsumed interface {
 // Hooks is a list of hooks with one dispatch method per event.
 type Hooks []Hook
 
-func safe(fn func()) {
-	defer func() { _ = recover() }()
+// hookKind is one event of the hook interfaces.
+type hookKind int
+
+const (
+	kindBeforeSend hookKind = iota
+	kindHalfSent
+	kindLocalDone
+	kindCheckBack
+	kindRelayBatch
+	kindBeforeHandle
+	kindConsumed
+	numHookKinds
+)
+
+var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnRelayBatch", "BeforeHandle", "OnConsumed"}
+
+// isHook reports whether h implements at least one hook interface.
+func isHook(h Hook) bool {
+	switch h.(type) {
+	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookBeforeHandle, HookConsumed:
+		return true
+	}
+	return false
+}
+
+// Validate returns an error wrapping [ErrInvalidConfig] when a hook is nil
+// or implements none of the hook interfaces: such a value would never be
+// called, which is almost always a mistake (a value passed instead of a
+// pointer whose methods have pointer receivers, for example).
+func (hs Hooks) Validate() error {
+	for i, h := range hs {
+		if b, ok := h.(*boundHook); ok {
+			h = b.h
+		}
+		switch {
+		case h == nil:
+			return fmt.Errorf("%w: hook %d is nil", ErrInvalidConfig, i)
+		case !isHook(h):
+			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookBeforeHandle, HookConsumed); check its method names and receivers", ErrInvalidConfig, i, h)
+		}
+	}
+	return nil
+}
+
+// Bind validates hs (see [Hooks.Validate]) and returns hooks that log a
+// hook's first panic of each kind of event to log (nil means
+// slog.Default()). Components call it on the hooks of their config.
+func (hs Hooks) Bind(log *slog.Logger) (Hooks, error) {
+	if err := hs.Validate(); err != nil {
+		return nil, err
+	}
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	out := make(Hooks, len(hs))
+	for i, h := range hs {
+		if b, ok := h.(*boundHook); ok {
+			h = b.h
+		}
+		out[i] = &boundHook{h: h, log: log}
+	}
+	return out, nil
+}
+
+// boundHook is a hook with the logger its panics go to and the kinds of
+// event whose panic was logged already.
+type boundHook struct {
+	h      Hook
+	log    *slog.Logger
+	logged [numHookKinds]atomic.Bool
+}
+
+// unboundLogged records, for hooks called without Bind, which (hook, kind)
+// panics were logged to slog.Default() already.
+var unboundLogged sync.Map
+
+// hookIdentity tells hooks apart: pointers by address, other values by
+// type (they may not be comparable).
+func hookIdentity(h Hook) any {
+	v := reflect.ValueOf(h)
+	if v.Kind() == reflect.Pointer {
+		return v.Pointer()
+	}
+	return v.Type()
+}
+
+// safe runs fn, h's handler of kind, and recovers a panic: logged once per
+// hook and kind.
+func safe(h Hook, kind hookKind, fn func()) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		log, first := slog.Default(), false
+		if b, ok := h.(*boundHook); ok {
+			log, first, h = b.log, b.logged[kind].CompareAndSwap(false, true), b.h
+		} else {
+			_, seen := unboundLogged.LoadOrStore([2]any{hookIdentity(h), kind}, true)
+			first = !seen
+		}
+		if first {
+			log.Error("a txmsg hook panicked; recovered, and later panics of this hook in "+hookKindNames[kind]+" are not logged",
+				"hook", fmt.Sprintf("%T", h), "event", hookKindNames[kind], "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
 	fn()
+}
+
+// inner returns the hook a bound hook wraps, or h itself.
+func inner(h Hook) Hook {
+	if b, ok := h.(*boundHook); ok {
+		return b.h
+	}
+	return h
 }
 
 // BeforeSend calls every HookBeforeSend.
 func (hs Hooks) BeforeSend(ctx context.Context, msg *Message) {
-	for _, h := range hs {
-		if h, ok := h.(HookBeforeSend); ok {
-			safe(func() { h.BeforeSend(ctx, msg) })
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookBeforeSend); ok {
+			safe(hk, kindBeforeSend, func() { h.BeforeSend(ctx, msg) })
 		}
 	}
 }
 
 // HalfSent calls every HookHalfSent.
 func (hs Hooks) HalfSent(ctx context.Context, msg *Message, err error, took time.Duration) {
-	for _, h := range hs {
-		if h, ok := h.(HookHalfSent); ok {
-			safe(func() { h.OnHalfSent(ctx, msg, err, took) })
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookHalfSent); ok {
+			safe(hk, kindHalfSent, func() { h.OnHalfSent(ctx, msg, err, took) })
 		}
 	}
 }
 
 // LocalDone calls every HookLocalDone.
 func (hs Hooks) LocalDone(ctx context.Context, msg *Message, state LocalState, err error, took time.Duration) {
-	for _, h := range hs {
-		if h, ok := h.(HookLocalDone); ok {
-			safe(func() { h.OnLocalDone(ctx, msg, state, err, took) })
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookLocalDone); ok {
+			safe(hk, kindLocalDone, func() { h.OnLocalDone(ctx, msg, state, err, took) })
 		}
 	}
 }
 
 // CheckBack calls every HookCheckBack.
 func (hs Hooks) CheckBack(txID, topic string, state LocalState, err error, took time.Duration) {
-	for _, h := range hs {
-		if h, ok := h.(HookCheckBack); ok {
-			safe(func() { h.OnCheckBack(txID, topic, state, err, took) })
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookCheckBack); ok {
+			safe(hk, kindCheckBack, func() { h.OnCheckBack(txID, topic, state, err, took) })
 		}
 	}
 }
 
 // RelayBatch calls every HookRelayBatch.
 func (hs Hooks) RelayBatch(ctx context.Context, size, failed int, took time.Duration) {
-	for _, h := range hs {
-		if h, ok := h.(HookRelayBatch); ok {
-			safe(func() { h.OnRelayBatch(ctx, size, failed, took) })
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookRelayBatch); ok {
+			safe(hk, kindRelayBatch, func() { h.OnRelayBatch(ctx, size, failed, took) })
 		}
 	}
 }
 
 // BeforeHandle calls every HookBeforeHandle, threading the context.
 func (hs Hooks) BeforeHandle(ctx context.Context, group string, r *Received) context.Context {
-	for _, h := range hs {
-		if h, ok := h.(HookBeforeHandle); ok {
-			safe(func() {
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookBeforeHandle); ok {
+			safe(hk, kindBeforeHandle, func() {
 				if c := h.BeforeHandle(ctx, group, r); c != nil {
 					ctx = c
 				}
@@ -132,9 +261,9 @@ func (hs Hooks) BeforeHandle(ctx context.Context, group string, r *Received) con
 
 // Consumed calls every HookConsumed.
 func (hs Hooks) Consumed(ctx context.Context, group string, r *Received, outcome Outcome, err error, took time.Duration) {
-	for _, h := range hs {
-		if h, ok := h.(HookConsumed); ok {
-			safe(func() { h.OnConsumed(ctx, group, r, outcome, err, took) })
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookConsumed); ok {
+			safe(hk, kindConsumed, func() { h.OnConsumed(ctx, group, r, outcome, err, took) })
 		}
 	}
 }

@@ -20,6 +20,25 @@ const (
 	DefaultDeadLetterTable = "txmsg_dead_letter"
 )
 
+// DefaultPurgeBatch is the number of rows each purge statement deletes
+// when a Purge method is given a batch of 0: [Inbox.Purge], the outbox's
+// and the checker's.
+const DefaultPurgeBatch = store.DefaultPurgeBatch
+
+// MinInboxPurgeAge is the youngest age [Inbox.Purge] accepts. An inbox row
+// is what turns a redelivery into a duplicate: once it is purged, a
+// redelivery of its message runs the handler, and its effects, a second
+// time. So no row may go while the broker can still redeliver its
+// message. On RocketMQ's default settings (a consumer's 16 reconsume
+// attempts, ConsumerConfig.MaxReconsumeTimes in adapters/txrmq, on the
+// broker's default messageDelayLevel schedule of 10 s, 30 s, 1 min, 2 min,
+// … 20 min, 30 min, 1 h, 2 h) the redeliveries of one message span 4 h
+// 45 min 40 s; MinInboxPurgeAge is that with margin. Consumers configured
+// for more attempts or longer delay levels redeliver later: purge their
+// rows after their own span (txrmq's ConsumerConfig.RedeliverySpan), not
+// after this minimum.
+const MinInboxPurgeAge = 5 * time.Hour
+
 // InboxRow is one handled message in the inbox table: the dedupe record.
 // consumer_group, msg_id and topic are VARBINARY so that they compare byte
 // for byte whatever the database's collation: messages "Order-1" and
@@ -63,7 +82,8 @@ type InboxConfig struct {
 	// level); nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks observe every message processed through this inbox
-	// (HookBeforeHandle, HookConsumed). Optional.
+	// (HookBeforeHandle, HookConsumed), whichever consumer runs it. A hook
+	// that implements no hook interface is refused. Optional.
 	Hooks Hooks
 }
 
@@ -124,7 +144,11 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: cfg.Hooks,
+	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
@@ -235,12 +259,12 @@ func (in *Inbox) Park(ctx context.Context, group string, r *Received, cause erro
 }
 
 // Purge deletes inbox rows handled more than olderThan ago, in batches of
-// batch rows (0 means 1000). Keep olderThan well beyond the broker's
-// redelivery horizon (RocketMQ's retries span about 4.5 hours with 16
-// reconsume attempts), or a late redelivery would run its handler again.
+// batch rows (0 means [DefaultPurgeBatch]). It refuses, with [ErrPurgeTooYoung] and
+// without deleting anything, an olderThan shorter than [MinInboxPurgeAge]:
+// a redelivery after an early purge would run its handler twice.
 func (in *Inbox) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
-	if olderThan <= 0 {
-		return 0, fmt.Errorf("%w: inbox: purge needs a positive age", ErrInvalidConfig)
+	if olderThan < MinInboxPurgeAge {
+		return 0, fmt.Errorf("%w: inbox: %s < %s", ErrPurgeTooYoung, olderThan, MinInboxPurgeAge)
 	}
 	return store.PurgeBefore(ctx, in.db, in.table, "id", "handled_at", time.Now().UTC().Add(-olderThan), batch)
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -187,4 +188,42 @@ func TestInboxIDsDifferingInCaseAreDistinct(t *testing.T) {
 	var parked []string
 	require.NoError(t, db.Table(deadTable).Order("id").Pluck("msg_id", &parked).Error)
 	require.Equal(t, []string{upper + "-bad", lower + "-bad"}, parked)
+}
+
+// TestInboxPurgeRefusesAgesInsideRedeliverySpan: an inbox row younger than
+// the broker's redelivery span may still meet a redelivery of its message;
+// purging it would run the handler twice. Purge refuses such ages and
+// deletes nothing; from MinInboxPurgeAge on it deletes only older rows.
+func TestInboxPurgeRefusesAgesInsideRedeliverySpan(t *testing.T) {
+	t.Parallel()
+	in, db := newInbox(t)
+	ctx := context.Background()
+	table, _ := in.Tables()
+	noop := func(context.Context, *gorm.DB) error { return nil }
+	ids := []string{txmsg.NewID(), txmsg.NewID(), txmsg.NewID()}
+	for _, id := range ids {
+		_, err := in.Run(ctx, "g", "events", id, noop)
+		require.NoError(t, err)
+	}
+	count := func() int64 {
+		var n int64
+		require.NoError(t, db.Table(table).Count(&n).Error)
+		return n
+	}
+	// Two rows handled two hours ago: inside the span, they must stay.
+	require.NoError(t, db.Table(table).Where("msg_id IN ?", ids[:2]).
+		Update("handled_at", time.Now().UTC().Add(-2*time.Hour)).Error)
+	for _, age := range []time.Duration{time.Hour, time.Minute, 0, -time.Hour, txmsg.MinInboxPurgeAge - time.Second} {
+		n, err := in.Purge(ctx, age, 0)
+		require.ErrorIs(t, err, txmsg.ErrPurgeTooYoung, "age %s", age)
+		require.Zero(t, n)
+	}
+	require.EqualValues(t, 3, count(), "a refused purge deletes nothing")
+
+	require.NoError(t, db.Table(table).Where("msg_id = ?", ids[0]).
+		Update("handled_at", time.Now().UTC().Add(-txmsg.MinInboxPurgeAge-time.Hour)).Error)
+	n, err := in.Purge(ctx, txmsg.MinInboxPurgeAge, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.EqualValues(t, 2, count())
 }

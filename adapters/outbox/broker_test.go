@@ -188,11 +188,13 @@ func TestBrokerOrdered(t *testing.T) {
 	const keys, perKeyN = 5, 40
 	var wg sync.WaitGroup
 	for k := range keys {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range perKeyN {
 				e.sendKeyed(fmt.Sprintf("key-%d", k), i)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	require.Eventually(t, func() bool { return obs.Distinct() == keys*perKeyN }, 45*time.Second, 50*time.Millisecond)

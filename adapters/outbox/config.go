@@ -10,8 +10,25 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// DefaultBuckets is the default number of ordered-mode buckets.
+// DefaultBuckets is the default number of ordered-mode buckets
+// (Config.Buckets, RelayConfig.Buckets).
 const DefaultBuckets = 16
+
+// Defaults of [RelayConfig]'s fields.
+const (
+	DefaultBatchSize      = 500
+	DefaultPollInterval   = time.Second
+	DefaultPublishTimeout = 30 * time.Second
+	DefaultMaxAttempts    = 20
+	DefaultMinBackoff     = time.Second
+	DefaultMaxBackoff     = 5 * time.Minute
+	DefaultRetention      = 24 * time.Hour
+	DefaultPurgeInterval  = time.Minute
+	DefaultPurgeBatch     = store.DefaultPurgeBatch
+	DefaultLeaseTTL       = 10 * time.Second
+	DefaultSettleDelay    = 100 * time.Millisecond
+	DefaultMaxLag         = 5 * time.Minute
+)
 
 // maxBuckets keeps the lease table small enough to read whole each round.
 const maxBuckets = 1024
@@ -22,7 +39,7 @@ type Config struct {
 	// SQL identifier short enough to take the "_lease" suffix.
 	Table string
 	// MaxBodySize is the largest body accepted; it should equal the broker's
-	// maxMessageSize. Default txmsg.DefaultMaxBodySize (4 MiB).
+	// maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
 	MaxBodySize int
 	// Buckets is how many ordered-mode buckets sharding keys are hashed
 	// into when a row is inserted. Default [DefaultBuckets]; at most 1024.
@@ -32,7 +49,7 @@ type Config struct {
 	// Logger receives the outbox's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks observe Transact (txmsg.HookBeforeSend, txmsg.HookLocalDone).
-	// Optional.
+	// A hook that implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
 }
 
@@ -63,6 +80,11 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	hooks, err := c.Hooks.Bind(c.Logger)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	c.Hooks = hooks
 	return nil
 }
 
@@ -79,38 +101,41 @@ type RelayConfig struct {
 	// "<hostname>-<pid>-<random>"; it must be unique among the relays of
 	// one table.
 	Name string
-	// BatchSize is the most rows claimed per transaction. Default 500: each
+	// BatchSize is the most rows claimed per transaction. Default
+	// [DefaultBatchSize] (500): each
 	// claim costs a few statements, so larger batches drain faster. An
 	// ordered relay reads up to three windows of BatchSize rows per bucket,
 	// the later ones skipping the keys of the first, so that one key's
 	// backlog cannot starve the others.
 	BatchSize int
 	// PollInterval is how often the relay looks for rows committed by other
-	// processes. Default 1 s.
+	// processes. Default [DefaultPollInterval] (1 s).
 	PollInterval time.Duration
 	// PublishTimeout bounds one Publish call. Cancelling Run's context does
 	// not cut a publish short: the in-flight batch finishes (within this
 	// bound) and is marked, so shutdown causes no needless duplicates.
-	// Default 30 s.
+	// Default [DefaultPublishTimeout] (30 s).
 	PublishTimeout time.Duration
-	// MaxAttempts is how many failed attempts make a row dead. Default 20;
-	// negative means rows are retried forever.
+	// MaxAttempts is how many failed attempts make a row dead. Default
+	// [DefaultMaxAttempts] (20); negative means rows are retried forever.
 	MaxAttempts int
 	// MinBackoff is the delay after a row's first failure; each further
 	// failure doubles it, up to MaxBackoff, with jitter (the delay is drawn
-	// from [d/2, d]). Default 1 s.
+	// from [d/2, d]). Default [DefaultMinBackoff] (1 s).
 	MinBackoff time.Duration
-	// MaxBackoff caps the delay between attempts. Default 5 min: with the
+	// MaxBackoff caps the delay between attempts. Default
+	// [DefaultMaxBackoff] (5 min): with the
 	// default MinBackoff and MaxAttempts a row is retried for about an hour
 	// before it is dead.
 	MaxBackoff time.Duration
 	// Retention is how long sent rows are kept before the relay purges them.
-	// Default 24 h; negative means never.
+	// Default [DefaultRetention] (24 h); negative means never.
 	Retention time.Duration
 	// PurgeInterval is how often the relay purges sent rows older than
-	// Retention. Default 1 min.
+	// Retention. Default [DefaultPurgeInterval] (1 min).
 	PurgeInterval time.Duration
-	// PurgeBatch is the most rows deleted per statement. Default 1000.
+	// PurgeBatch is the most rows deleted per statement. Default
+	// [DefaultPurgeBatch] (1000).
 	PurgeBatch int
 
 	// Ordered publishes the rows of each sharding key in id order, which
@@ -136,22 +161,23 @@ type RelayConfig struct {
 	Buckets int
 	// LeaseTTL is how long a relay owns a bucket without renewing; a
 	// crashed relay's buckets move to others after it. Renewal runs every
-	// LeaseTTL/3. Default 10 s.
+	// LeaseTTL/3. Default [DefaultLeaseTTL] (10 s).
 	LeaseTTL time.Duration
 	// SettleDelay is how old a keyed row must be before an ordered relay
 	// publishes it. It covers the moment between a row's id being assigned
 	// and the row appearing in the index, and must exceed the clock skew
-	// between writers and relays. Default 100 ms.
+	// between writers and relays. Default [DefaultSettleDelay] (100 ms).
 	SettleDelay time.Duration
 
 	// MaxLag is the age of the oldest pending row above which
-	// [Relay.Health] reports [ErrLagging]. Default 5 min; negative turns
-	// the lag check off.
+	// [Relay.Health] reports [ErrLagging]. Default [DefaultMaxLag] (5 min);
+	// negative turns the lag check off.
 	MaxLag time.Duration
 
 	// Logger receives the relay's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Hooks observe published batches (txmsg.HookRelayBatch). Optional.
+	// Hooks observe published batches (txmsg.HookRelayBatch). A hook that
+	// implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
 }
 
@@ -190,25 +216,30 @@ func (c *RelayConfig) validate() error {
 	if len(c.Name) > 255 {
 		return fmt.Errorf("%w: relay: Name must be at most 255 bytes", txmsg.ErrInvalidConfig)
 	}
-	setDefault(&c.BatchSize, 500)
-	setDefault(&c.PollInterval, time.Second)
-	setDefault(&c.PublishTimeout, 30*time.Second)
-	setDefault(&c.MaxAttempts, 20)
-	setDefault(&c.MinBackoff, time.Second)
-	setDefault(&c.MaxBackoff, 5*time.Minute)
-	setDefault(&c.Retention, 24*time.Hour)
-	setDefault(&c.PurgeInterval, time.Minute)
-	setDefault(&c.PurgeBatch, 1000)
+	setDefault(&c.BatchSize, DefaultBatchSize)
+	setDefault(&c.PollInterval, DefaultPollInterval)
+	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.MinBackoff, DefaultMinBackoff)
+	setDefault(&c.MaxBackoff, DefaultMaxBackoff)
+	setDefault(&c.Retention, DefaultRetention)
+	setDefault(&c.PurgeInterval, DefaultPurgeInterval)
+	setDefault(&c.PurgeBatch, DefaultPurgeBatch)
 	setDefault(&c.Buckets, DefaultBuckets)
-	setDefault(&c.LeaseTTL, 10*time.Second)
-	setDefault(&c.SettleDelay, 100*time.Millisecond)
-	setDefault(&c.MaxLag, 5*time.Minute)
+	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
+	setDefault(&c.SettleDelay, DefaultSettleDelay)
+	setDefault(&c.MaxLag, DefaultMaxLag)
 	if c.MaxBackoff < c.MinBackoff {
 		return fmt.Errorf("%w: relay: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	hooks, err := c.Hooks.Bind(c.Logger)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	c.Hooks = hooks
 	return nil
 }
 

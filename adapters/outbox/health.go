@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/txmsg/txmsg/txmsg"
 )
 
 // ErrLagging means the relays fall behind: the oldest pending row is older
@@ -25,7 +27,7 @@ var ErrLagging = errors.New("outbox: relay is lagging")
 // it; a row held back by its own failures counts too, until it is dead.
 func (r *Relay) Health(ctx context.Context) error {
 	if !r.running.Load() {
-		return fmt.Errorf("outbox: relay %s is not running", r.cfg.Name)
+		return fmt.Errorf("outbox: relay %s is not running: %w", r.cfg.Name, txmsg.ErrNotStarted)
 	}
 	var row struct{ Oldest sql.NullTime }
 	err := r.db.WithContext(ctx).Table(r.cfg.Table).Where("status = ?", StatusPending).

@@ -20,7 +20,7 @@ func TestRelayHealth(t *testing.T) {
 	pub := newMemPublisher()
 	pub.setFail(func(*txmsg.Message) error { return errors.New("broker down") })
 	r := e.relay(pub, RelayConfig{MaxLag: time.Minute, MaxAttempts: -1})
-	require.ErrorContains(t, r.Health(ctx), "not running")
+	require.ErrorIs(t, r.Health(ctx), txmsg.ErrNotStarted)
 
 	rr := start(t, r)
 	require.Eventually(t, func() bool { return r.Health(ctx) == nil }, waitFor, tick, "running, nothing pending")
@@ -41,5 +41,5 @@ func TestRelayHealth(t *testing.T) {
 	require.ErrorContains(t, r.Health(cancelled), "database")
 
 	require.NoError(t, rr.stop(t))
-	require.ErrorContains(t, r.Health(ctx), "not running")
+	require.ErrorIs(t, r.Health(ctx), txmsg.ErrNotStarted)
 }

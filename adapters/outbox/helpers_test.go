@@ -18,7 +18,7 @@ import (
 // testLogger writes warnings and errors to the test's output, shown when a
 // test fails or runs with -v.
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(testbed.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // env is one test's database, outbox and topic name.

@@ -64,12 +64,14 @@ func TestOrderedTwoRelays(t *testing.T) {
 
 	var wg sync.WaitGroup
 	for k := range keys {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			key := fmt.Sprintf("key-%02d", k)
 			for i := range perKeyN {
 				e.sendKeyed(key, i)
 			}
-		})
+		}()
 	}
 	require.Eventually(t, func() bool { return pub.distinct() >= 300 }, waitFor, tick)
 	require.NoError(t, a.stop(t)) // its buckets move to the others

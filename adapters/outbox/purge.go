@@ -12,14 +12,14 @@ import (
 )
 
 // Purge deletes sent rows that were sent more than olderThan ago, in
-// batches of batch rows (0 means 1000), and returns how many it deleted.
+// batches of batch rows (0 means [txmsg.DefaultPurgeBatch]), and returns how many it deleted.
 // Relays do this by themselves after [RelayConfig.Retention].
 func (o *Outbox) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	return o.purge(ctx, StatusSent, olderThan, batch)
 }
 
 // PurgeDead deletes dead rows that died more than olderThan ago, in
-// batches of batch rows (0 means 1000), and returns how many it deleted.
+// batches of batch rows (0 means [txmsg.DefaultPurgeBatch]), and returns how many it deleted.
 // Their messages are never published.
 func (o *Outbox) PurgeDead(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	return o.purge(ctx, StatusDead, olderThan, batch)

@@ -96,7 +96,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	if r.cfg.Retention > 0 {
-		wg.Go(func() { r.purgeLoop(bg) })
+		wg.Add(1)
+		go func() { defer wg.Done(); r.purgeLoop(bg) }()
 	}
 	if r.cfg.Ordered {
 		r.lease = leaseState{owned: map[int]time.Time{}}

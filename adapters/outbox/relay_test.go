@@ -406,6 +406,7 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 		{MinBackoff: time.Minute, MaxBackoff: time.Second},
 		{Name: strings.Repeat("n", 256)},
 		{Buckets: maxBuckets + 1},
+		{Hooks: txmsg.Hooks{"not a hook"}},
 	} {
 		_, err := NewRelay(db, pub, cfg)
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "%+v", cfg)
@@ -415,9 +416,10 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 	require.Equal(t, "orders_outbox", r.cfg.Table)
 	require.Equal(t, 8, r.cfg.Buckets)
 	require.NotEmpty(t, r.Name())
-	require.Equal(t, 500, r.cfg.BatchSize)
-	require.Equal(t, 20, r.cfg.MaxAttempts)
-	require.Equal(t, 24*time.Hour, r.cfg.Retention)
+	require.Equal(t, DefaultBatchSize, r.cfg.BatchSize)
+	require.Equal(t, DefaultMaxAttempts, r.cfg.MaxAttempts)
+	require.Equal(t, DefaultRetention, r.cfg.Retention)
+	require.Equal(t, 500, DefaultBatchSize)
 }
 
 func TestBackoff(t *testing.T) {

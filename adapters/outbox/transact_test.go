@@ -207,6 +207,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{MaxBodySize: -1},
 		{Buckets: -1},
 		{Buckets: maxBuckets + 1},
+		{Hooks: txmsg.Hooks{struct{}{}}},
 	} {
 		_, err := New(db, cfg)
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "%+v", cfg)

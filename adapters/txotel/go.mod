@@ -1,12 +1,10 @@
 module github.com/txmsg/txmsg/adapters/txotel
 
-go 1.25
-
-replace github.com/txmsg/txmsg => ../..
+go 1.24
 
 require (
 	github.com/stretchr/testify v1.12.1
-	github.com/txmsg/txmsg v0.0.0-00010101000000-000000000000
+	github.com/txmsg/txmsg v0.1.0
 	go.opentelemetry.io/otel v1.38.0
 	go.opentelemetry.io/otel/sdk v1.38.0
 	go.opentelemetry.io/otel/trace v1.38.0

@@ -1,14 +1,12 @@
 module github.com/txmsg/txmsg/adapters/txprom
 
-go 1.25
-
-replace github.com/txmsg/txmsg => ../..
+go 1.24
 
 require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/stretchr/testify v1.12.1
-	github.com/txmsg/txmsg v0.0.0-00010101000000-000000000000
+	github.com/txmsg/txmsg v0.1.0
 	gorm.io/gorm v1.31.2
 )
 

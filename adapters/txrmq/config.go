@@ -14,6 +14,16 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
+// Defaults of [Config]'s fields.
+const (
+	// DefaultSendTimeout is Config.SendTimeout's default.
+	DefaultSendTimeout = 3 * time.Second
+	// DefaultRetries is Config.Retries's default.
+	DefaultRetries = 2
+	// DefaultClientLogLevel is Config.ClientLogLevel's default.
+	DefaultClientLogLevel = slog.LevelError
+)
+
 // Config is what every txmsg RocketMQ component needs to reach the cluster.
 // Component-specific settings live in their own config types, which embed
 // Config.
@@ -35,27 +45,36 @@ type Config struct {
 	// stores this flag process-wide, so every RocketMQ client in one
 	// process must agree on it.
 	TLS bool
-	// SendTimeout bounds one send to the broker. Default 3 s.
+	// SendTimeout bounds one send to the broker. Default
+	// [DefaultSendTimeout] (3 s).
 	SendTimeout time.Duration
 	// Retries is how many times the client retries a failed plain send.
-	// Default 2.
+	// Default [DefaultRetries] (2).
 	Retries int
 	// MaxBodySize is the largest body accepted; it should equal the
-	// broker's maxMessageSize. Default txmsg.DefaultMaxBodySize (4 MiB).
+	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
 	MaxBodySize int
 	// Logger receives txmsg's logs and, at warning level and above, the
 	// client's. Nil means slog.Default().
 	Logger *slog.Logger
 	// ClientLogLevel is the lowest level of rocketmq-client-go's own logs
-	// passed to Logger. Default slog.LevelError: the client logs routine
-	// events (rebalances, missing retry topics) as warnings.
-	ClientLogLevel slog.Level
-	// ClientLogLevelSet marks ClientLogLevel as set, so that
-	// slog.LevelInfo (the zero value) can be chosen.
-	ClientLogLevelSet bool
-	// Hooks observe the component's events (see txmsg.Hook): half sends,
-	// local outcomes and check-backs for the transactional producer.
-	// Consumers take their hooks from the Inbox. Optional.
+	// passed to Logger, for example slog.LevelWarn. Nil means
+	// [DefaultClientLogLevel]: the client logs routine events (rebalances,
+	// missing retry topics) as warnings.
+	//
+	// The client's logger is process-wide (see package rmqlog): the first
+	// RocketMQ component built in a process, or an earlier rmqlog.Install,
+	// decides where the client's logs go and from which level. A component
+	// built later with another Logger or ClientLogLevel logs a warning
+	// saying that its setting does not apply to them.
+	ClientLogLevel slog.Leveler
+	// Hooks observe the transactional producer's events (see txmsg.Hook):
+	// BeforeSend, OnHalfSent, OnLocalDone and OnCheckBack. Only
+	// [NewTransactional] takes them: a Publisher and a Sweeper have no hook
+	// events, and a Consumer's go on its Inbox (txmsg.InboxConfig.Hooks), so
+	// NewPublisher, NewSweeper and NewConsumer refuse a non-empty Hooks
+	// with txmsg.ErrInvalidConfig. A hook that implements no hook interface
+	// is refused too. Optional.
 	Hooks txmsg.Hooks
 }
 
@@ -90,10 +109,10 @@ func (c *Config) validate(what string) error {
 		return fmt.Errorf("%w: %s: SendTimeout, Retries and MaxBodySize must not be negative", txmsg.ErrInvalidConfig, what)
 	}
 	if c.SendTimeout == 0 {
-		c.SendTimeout = 3 * time.Second
+		c.SendTimeout = DefaultSendTimeout
 	}
 	if c.Retries == 0 {
-		c.Retries = 2
+		c.Retries = DefaultRetries
 	}
 	if c.MaxBodySize == 0 {
 		c.MaxBodySize = txmsg.DefaultMaxBodySize
@@ -101,8 +120,17 @@ func (c *Config) validate(what string) error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if !c.ClientLogLevelSet {
-		c.ClientLogLevel = slog.LevelError
+	if c.ClientLogLevel == nil {
+		c.ClientLogLevel = DefaultClientLogLevel
+	}
+	return nil
+}
+
+// noHooks refuses Hooks on a component that would ignore them; where
+// says where its events' hooks go instead.
+func (c *Config) noHooks(what, where string) error {
+	if len(c.Hooks) > 0 {
+		return fmt.Errorf("%w: %s: Hooks are not called here; %s", txmsg.ErrInvalidConfig, what, where)
 	}
 	return nil
 }

@@ -7,16 +7,15 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
-	"unsafe"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -35,13 +34,13 @@ const (
 type ConsumerConfig struct {
 	Config
 	// Concurrency is the most handlers running at once, across all routes,
-	// from 1 to 1000. Default DefaultConcurrency (16). Each running handler
+	// from 1 to 1000. Default [DefaultConcurrency] (16). Each running handler
 	// holds one database connection; keep it below the pool's size.
 	Concurrency int
 	// MaxReconsumeTimes is how many times a message whose handler keeps
 	// failing is delivered again; after that the broker moves it to the
 	// dead-letter topic %DLQ%<Group> (which consumers do not read; inspect
-	// and resend it with mqadmin). Default DefaultMaxReconsumeTimes (16).
+	// and resend it with mqadmin). Default [DefaultMaxReconsumeTimes] (16).
 	MaxReconsumeTimes int
 	// RetryDelayLevel is the broker delay level of every redelivery after
 	// a handler error. Zero, the default, lets the broker pick level
@@ -132,6 +131,9 @@ type Consumer struct {
 // begin consuming. Every route must be valid and have its own topic.
 func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.noHooks("consumer", "set them on the Inbox (txmsg.InboxConfig.Hooks)"); err != nil {
 		return nil, err
 	}
 	if inbox == nil {
@@ -263,13 +265,6 @@ func (c *Consumer) start() error {
 // settleWait bounds how long Start waits for the group's retry topic.
 const settleWait = 5 * time.Second
 
-// consumerClient is the part of the client's internal RMQClient that
-// settle uses; none of its methods has internal types in its signature.
-type consumerClient interface {
-	UpdateTopicRouteInfo()
-	RebalanceImmediately()
-}
-
 // settle waits until the client knows the route of the group's retry topic,
 // then runs one rebalance to completion.
 //
@@ -283,11 +278,11 @@ type consumerClient interface {
 // that, and a new group's first redeliveries wait as long.
 //
 // The client has no public call for either, so settle reaches the client
-// behind the push consumer by reflection, as warmRoutes does for
-// producers. If the pinned version's fields are not there, it does
-// nothing and the client catches up on its own schedule.
+// behind the push consumer through package clientinternals. If the pinned
+// version's fields are not there, it does nothing and the client catches
+// up on its own schedule.
 func (c *Consumer) settle() {
-	cl := consumerClientOf(c.pc)
+	cl := clientinternals.ConsumerClientOf(c.pc)
 	rs, ok := c.pc.(interface{ IsSubscribeTopicNeedUpdate(topic string) bool })
 	if cl == nil || !ok {
 		c.log.Debug("cannot reach the client's rebalance; queues are assigned in the background")
@@ -306,26 +301,6 @@ func (c *Consumer) settle() {
 	// subscribed queue this instance owns has a process queue and a start
 	// offset.
 	cl.RebalanceImmediately()
-}
-
-// consumerClientOf returns the client behind push consumer pc, or nil.
-func consumerClientOf(pc any) (cl consumerClient) {
-	defer func() {
-		if recover() != nil {
-			cl = nil
-		}
-	}()
-	v := reflect.ValueOf(pc)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	f := v.Elem().FieldByName("client") // promoted from the embedded *defaultConsumer
-	if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
-		return nil
-	}
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
-	cl, _ = f.Interface().(consumerClient)
-	return cl
 }
 
 // brokerGroup is the group's name on the broker, with the namespace.

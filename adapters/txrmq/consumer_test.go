@@ -448,6 +448,11 @@ func TestConsumerStartFailsForUnknownTopic(t *testing.T) {
 
 func noopConsumerHandler(context.Context, *gorm.DB, txmsg.Delivery[consumerEvent]) error { return nil }
 
+type recordingConsumerHook struct{}
+
+func (recordingConsumerHook) OnConsumed(context.Context, string, *txmsg.Received, txmsg.Outcome, error, time.Duration) {
+}
+
 func TestConsumerConfigErrors(t *testing.T) {
 	t.Parallel()
 	inbox, err := txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{})
@@ -472,6 +477,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 		{name: "huge concurrency", change: func(c *txrmq.ConsumerConfig) { c.Concurrency = 100000 }, want: "Concurrency"},
 		{name: "negative reconsume", change: func(c *txrmq.ConsumerConfig) { c.MaxReconsumeTimes = -1 }, want: "MaxReconsumeTimes"},
 		{name: "negative delay level", change: func(c *txrmq.ConsumerConfig) { c.RetryDelayLevel = -1 }, want: "RetryDelayLevel"},
+		{name: "hooks", change: func(c *txrmq.ConsumerConfig) { c.Hooks = txmsg.Hooks{recordingConsumerHook{}} }, want: "txmsg.InboxConfig.Hooks"},
 		{name: "nil inbox", nilInbox: true, want: "inbox is nil"},
 		{name: "no routes", routes: []txmsg.Route{}, want: "no routes"},
 		{name: "empty route", routes: []txmsg.Route{{}}, want: "route 0"},

@@ -2,65 +2,20 @@ package txrmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"reflect"
-	"unsafe"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
 )
-
-// routeProber is the part of the client's name-server registry that
-// health checks use. Neither method has internal types in its signature,
-// so an ordinary interface assertion reaches them.
-type routeProber interface {
-	// FetchSubscribeMessageQueues asks the name servers for topic's
-	// route, bypassing the client's cache.
-	FetchSubscribeMessageQueues(topic string) ([]*primitive.MessageQueue, error)
-	// FindBrokerAddrByName returns the master address of a broker the
-	// client has learnt of, or "".
-	FindBrokerAddrByName(brokerName string) string
-}
-
-// nameServersOf returns the name-server registry of the client behind
-// component, a pointer to the client's producer or consumer struct, whose
-// field "client" holds the client (directly, or promoted from an embedded
-// struct). Like warmRoutes it reaches into the pinned client version by
-// reflection and reports an error when the fields are not there.
-func nameServersOf(component any) (rp routeProber, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			rp, err = nil, fmt.Errorf("cannot reach the client's name servers: %v", v)
-		}
-	}()
-	v := reflect.ValueOf(component)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil, errors.New("unexpected client component type")
-	}
-	f := v.Elem().FieldByName("client")
-	if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
-		return nil, errors.New("client component has no client field")
-	}
-	client := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Elem()
-	get := client.MethodByName("GetNameSrv")
-	if !get.IsValid() || get.Type().NumIn() != 0 || get.Type().NumOut() != 1 {
-		return nil, errors.New("client has no GetNameSrv()")
-	}
-	rp, ok := get.Call(nil)[0].Interface().(routeProber)
-	if !ok {
-		return nil, errors.New("name-server registry lacks FetchSubscribeMessageQueues/FindBrokerAddrByName")
-	}
-	return rp, nil
-}
 
 // probeRoutes checks that the name servers route every topic and that the
 // brokers serving them accept TCP connections. topics are the names the
 // broker knows (with the namespace).
-func probeRoutes(ctx context.Context, rp routeProber, topics []string) error {
+func probeRoutes(ctx context.Context, rp clientinternals.RouteProber, topics []string) error {
 	var d net.Dialer
 	for _, topic := range topics {
 		mqs, err := fetchRoute(ctx, rp, topic)
@@ -89,7 +44,7 @@ func probeRoutes(ctx context.Context, rp routeProber, topics []string) error {
 
 // fetchRoute queries one topic's route. The client's call takes no
 // context; when ctx ends first, its answer is dropped.
-func fetchRoute(ctx context.Context, rp routeProber, topic string) ([]*primitive.MessageQueue, error) {
+func fetchRoute(ctx context.Context, rp clientinternals.RouteProber, topic string) ([]*primitive.MessageQueue, error) {
 	type result struct {
 		mqs []*primitive.MessageQueue
 		err error
@@ -138,7 +93,7 @@ func (t *Transactional) Health(ctx context.Context) error {
 	case closed:
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrClosed)
 	case !started:
-		return fmt.Errorf("rocketmq: transactional producer of group %q is not started", t.cfg.Group)
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrNotStarted)
 	}
 	if err := pingDB(ctx, t.db); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: database: %w", t.cfg.Group, err)
@@ -146,7 +101,7 @@ func (t *Transactional) Health(ctx context.Context) error {
 	if len(t.cfg.Topics) == 0 {
 		return nil
 	}
-	rp, err := t.nameServers()
+	rp, err := clientinternals.TransactionProducerNameServers(t.prod)
 	if err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
 	}
@@ -158,20 +113,6 @@ func (t *Transactional) Health(ctx context.Context) error {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
 	}
 	return nil
-}
-
-// nameServers returns the registry behind the transaction producer's
-// inner producer.
-func (t *Transactional) nameServers() (routeProber, error) {
-	v := reflect.ValueOf(t.prod)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil, errors.New("unexpected transaction producer type")
-	}
-	dp := v.Elem().FieldByName("producer")
-	if !dp.IsValid() || dp.Kind() != reflect.Pointer || dp.IsNil() {
-		return nil, errors.New("transaction producer has no producer field")
-	}
-	return nameServersOf(reflect.NewAt(dp.Type(), unsafe.Pointer(dp.UnsafeAddr())).Elem().Interface())
 }
 
 // Health reports whether the consumer can do its work now: it is started
@@ -189,12 +130,12 @@ func (c *Consumer) Health(ctx context.Context) error {
 	case startErr != nil:
 		return startErr
 	case !started:
-		return fmt.Errorf("rocketmq: consumer of group %q is not started", c.cfg.Group)
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, txmsg.ErrNotStarted)
 	}
 	if err := c.inbox.Ping(ctx); err != nil {
 		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
 	}
-	rp, err := nameServersOf(c.pc)
+	rp, err := clientinternals.NameServers(c.pc)
 	if err != nil {
 		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
 	}

@@ -32,9 +32,12 @@ func TestTransactionalHealth(t *testing.T) {
 		}
 	}
 
-	tr, err := txrmq.NewTransactional(cfg(testbed.Topic(t)), db, chk)
+	topic := testbed.Topic(t)
+	tr, err := txrmq.NewTransactional(cfg(topic), db, chk)
 	require.NoError(t, err)
-	require.ErrorContains(t, tr.Health(ctx), "not started")
+	require.ErrorIs(t, tr.Health(ctx), txmsg.ErrNotStarted)
+	_, err = tr.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte("{}")}, func(context.Context, *gorm.DB) error { return nil })
+	require.ErrorIs(t, err, txmsg.ErrNotStarted)
 	require.NoError(t, tr.Start(ctx))
 	require.NoError(t, tr.Health(ctx))
 	require.NoError(t, tr.Close(ctx))
@@ -47,6 +50,20 @@ func TestTransactionalHealth(t *testing.T) {
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
 	err = tr.Health(ctx)
 	require.ErrorContains(t, err, `route of topic "`+missing+`"`)
+}
+
+// TestPublishBeforeStart: a publisher used before Start refuses with
+// ErrNotStarted.
+func TestPublishBeforeStart(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	p, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub"), Logger: slog.New(slog.DiscardHandler)},
+	})
+	require.NoError(t, err)
+	err = p.Publish(context.Background(), &txmsg.Message{Topic: "any_topic", Body: []byte("{}")})
+	require.ErrorIs(t, err, txmsg.ErrNotStarted)
+	require.NoError(t, p.Close(context.Background()))
 }
 
 // TestConsumerHealth checks Health through the consumer's life and when
@@ -65,7 +82,7 @@ func TestConsumerHealth(t *testing.T) {
 		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: slog.New(slog.DiscardHandler)},
 	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil }))
 	require.NoError(t, err)
-	require.ErrorContains(t, c.Health(ctx), "not started")
+	require.ErrorIs(t, c.Health(ctx), txmsg.ErrNotStarted)
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	require.NoError(t, c.Health(ctx))

@@ -12,16 +12,20 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
 )
+
+// DefaultMaxBatch is PublisherConfig.MaxBatch's default.
+const DefaultMaxBatch = 128
 
 // PublisherConfig configures a [Publisher].
 type PublisherConfig struct {
 	Config
 	// MaxBatch is the most messages sent in one batch request. Messages to
 	// the same topic (and, when ordered, the same sharding key) are batched
-	// up to this count and up to MaxBodySize bytes. Default 128; 1 turns
-	// batching off.
+	// up to this count and up to MaxBodySize bytes. Default
+	// [DefaultMaxBatch] (128); 1 turns batching off.
 	MaxBatch int
 	// Topics are fetched at Start, so the first sends to them do not each
 	// look the route up (concurrent first sends to a new topic can fail
@@ -50,11 +54,14 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate("publisher"); err != nil {
 		return nil, err
 	}
+	if err := cfg.noHooks("publisher", "a relay's batches are observed through outbox.RelayConfig.Hooks"); err != nil {
+		return nil, err
+	}
 	if cfg.MaxBatch < 0 {
 		return nil, fmt.Errorf("%w: publisher: MaxBatch must not be negative", txmsg.ErrInvalidConfig)
 	}
 	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 128
+		cfg.MaxBatch = DefaultMaxBatch
 	}
 	for _, t := range cfg.Topics {
 		if err := txmsg.ValidateTopic(t); err != nil {
@@ -90,7 +97,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 	}
 	p.started = true
 	if len(p.cfg.Topics) > 0 {
-		if err := warmProducerRoutes(p.prod, p.cfg.Topics); err != nil {
+		if err := clientinternals.WarmProducer(p.prod, p.cfg.Topics); err != nil {
 			p.log.Warn("cannot pre-fetch topic routes; the first sends look them up", "topics", p.cfg.Topics, "err", err)
 		}
 	}
@@ -128,7 +135,7 @@ func (p *Publisher) enter() error {
 	case p.closed:
 		return txmsg.ErrClosed
 	case !p.started:
-		return errors.New("rocketmq: publisher not started; call Start first")
+		return fmt.Errorf("rocketmq: publisher of group %q: %w; call Start first", p.cfg.Group, txmsg.ErrNotStarted)
 	}
 	p.wg.Add(1)
 	return nil

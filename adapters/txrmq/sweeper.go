@@ -21,6 +21,9 @@ import (
 // transactionCheckMax unanswered check-backs.
 const CheckMaxTimeTopic = "TRANS_CHECK_MAX_TIME_TOPIC"
 
+// DefaultHoldFor is SweeperConfig.HoldFor's default.
+const DefaultHoldFor = time.Minute
+
 // SweeperConfig configures a [Sweeper].
 type SweeperConfig struct {
 	// Config.Group is the sweeper's own consumer group.
@@ -32,7 +35,7 @@ type SweeperConfig struct {
 	// HoldFor is how long the sweeper keeps retrying one half message
 	// in-process (backing off from 500 ms to 10 s) while the database
 	// cannot answer, before handing it back to the broker for a later
-	// delivery. Default 1 minute.
+	// delivery. Default [DefaultHoldFor] (1 minute).
 	HoldFor time.Duration
 	// RetryDelayLevel is the broker delay level of a handed-back message;
 	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
@@ -76,6 +79,9 @@ const topicRetryEvery = 5 * time.Second
 // NewSweeper validates cfg and builds a sweeper that resolves through chk
 // and republishes through pub (usually a [Publisher]).
 func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*Sweeper, error) {
+	if err := cfg.noHooks("sweeper", "a sweeper has no hook events; it logs what it republishes"); err != nil {
+		return nil, err
+	}
 	cc := ConsumerConfig{Config: cfg.Config, Concurrency: 4, RetryDelayLevel: cfg.RetryDelayLevel}
 	if err := cc.validate(); err != nil {
 		return nil, err
@@ -88,7 +94,7 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 		return nil, fmt.Errorf("%w: sweeper: HoldFor must not be negative", txmsg.ErrInvalidConfig)
 	}
 	if cfg.HoldFor == 0 {
-		cfg.HoldFor = time.Minute
+		cfg.HoldFor = DefaultHoldFor
 	}
 	if len(cfg.ProducerGroups) == 0 {
 		return nil, fmt.Errorf("%w: sweeper: ProducerGroups is empty", txmsg.ErrInvalidConfig)

@@ -63,6 +63,10 @@ func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 	require.Equal(t, `{"from":"child"}`, string(got.Body))
 }
 
+type checkBackHook struct{}
+
+func (checkBackHook) OnCheckBack(string, string, txmsg.LocalState, error, time.Duration) {}
+
 func TestSweeperConfigValidation(t *testing.T) {
 	t.Parallel()
 	chk, err := checker.New(&gorm.DB{}, checker.Config{})
@@ -74,4 +78,12 @@ func TestSweeperConfigValidation(t *testing.T) {
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	_, err = NewSweeper(SweeperConfig{Config: base, ProducerGroups: []string{"g"}}, nil, &Publisher{})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	withHooks := base
+	withHooks.Hooks = txmsg.Hooks{checkBackHook{}}
+	_, err = NewSweeper(SweeperConfig{Config: withHooks, ProducerGroups: []string{"g"}}, chk, &Publisher{})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "sweeper: Hooks are not called here")
+	_, err = NewPublisher(PublisherConfig{Config: withHooks})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "outbox.RelayConfig.Hooks")
 }

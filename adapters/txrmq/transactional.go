@@ -13,6 +13,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -78,6 +79,11 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 	if db == nil || chk == nil {
 		return nil, fmt.Errorf("%w: transactional producer: db and checker are required", txmsg.ErrInvalidConfig)
 	}
+	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("transactional producer: %w", err)
+	}
+	cfg.Hooks = hooks
 	for _, t := range cfg.Topics {
 		if err := txmsg.ValidateTopic(t); err != nil {
 			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
@@ -116,9 +122,9 @@ func (t *Transactional) Start(ctx context.Context) error {
 	}
 	t.started = true
 	if len(t.cfg.Topics) > 0 {
-		if err := warmRoutes(t.prod, t.cfg.Topics); err != nil {
+		if err := clientinternals.WarmTransactionProducer(t.prod, t.cfg.Topics); err != nil {
 			t.log.Warn("cannot pre-fetch topic routes; check-backs reach this instance after its first send", "err", err)
-		} else if missing, err := topicsReady(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
+		} else if missing, err := clientinternals.MissingRoutes(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
 			t.log.Warn("topics have no route yet", "topics", missing)
 		}
 	}
@@ -132,7 +138,7 @@ func (t *Transactional) enter() error {
 		return txmsg.ErrClosed
 	}
 	if !t.started {
-		return fmt.Errorf("rocketmq: transactional producer not started; call Start first")
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w; call Start first", t.cfg.Group, txmsg.ErrNotStarted)
 	}
 	t.wg.Add(1)
 	return nil

@@ -81,6 +81,8 @@ func TestTransactionalConfigValidation(t *testing.T) {
 		{"negative timeout", func(c *TransactionalConfig) { c.SendTimeout = -time.Second }},
 		{"bad topic", func(c *TransactionalConfig) { c.Topics = []string{"a b"} }},
 		{"bad namespace", func(c *TransactionalConfig) { c.Namespace = "ns!" }},
+		{"no hook", func(c *TransactionalConfig) { c.Hooks = txmsg.Hooks{struct{ n int }{}} }},
+		{"nil hook", func(c *TransactionalConfig) { c.Hooks = txmsg.Hooks{nil} }},
 	}
 	for _, tc := range cases {
 		cfg := TransactionalConfig{Config: good}

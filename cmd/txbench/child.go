@@ -124,7 +124,9 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampler sync.WaitGroup
-	sampler.Go(func() {
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -135,7 +137,7 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 			case <-t.C:
 			}
 		}
-	})
+	}()
 	defer func() { stopSampling(); sampler.Wait() }()
 
 	if spec.CPUProfile != "" {
@@ -154,7 +156,8 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 	var running sync.WaitGroup
 	t0 := time.Now()
 	for _, r := range relays {
-		running.Go(func() { _ = r.Run(runCtx) })
+		running.Add(1)
+		go func() { defer running.Done(); _ = r.Run(runCtx) }()
 	}
 	defer func() { stopRelays(); running.Wait() }()
 	stopProgress := pr.ticker(spec.Label, func() string {

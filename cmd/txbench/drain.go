@@ -287,11 +287,13 @@ func newGroup(ctx context.Context) *group {
 }
 
 func (g *group) Go(fn func() error) {
-	g.wg.Go(func() {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
 		if err := fn(); err != nil {
 			g.once.Do(func() { g.err = err; g.cancel() })
 		}
-	})
+	}()
 }
 
 func (g *group) Wait() error {

@@ -48,7 +48,7 @@ func setup(ctx context.Context, cfg *config, log *slog.Logger, pr *progress) (*e
 	if e.adminDB, err = testbed.Open(base.FormatDSN()); err != nil {
 		return nil, fmt.Errorf("database at %s: %w (start it with scripts/mysql.sh start)", base.Addr, err)
 	}
-	e.dbName = "txbench_" + e.runID
+	e.dbName = testbed.DBPrefix + "bench_" + e.runID
 	if err := e.adminDB.WithContext(ctx).Exec("CREATE DATABASE `" + e.dbName + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
 		return nil, fmt.Errorf("create database %s: %w", e.dbName, err)
 	}

@@ -146,7 +146,8 @@ func (b *bench) runB5(ctx context.Context) error {
 	}
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	var relayDone sync.WaitGroup
-	relayDone.Go(func() { _ = relay.Run(relayCtx) })
+	relayDone.Add(1)
+	go func() { defer relayDone.Done(); _ = relay.Run(relayCtx) }()
 	defer func() { stopRelay(); relayDone.Wait() }()
 
 	orders, err := txmsg.NewProducer(ob, txmsg.Topic[OrderCreated]{Name: topic})
@@ -182,7 +183,9 @@ func (b *bench) runB5(ctx context.Context) error {
 				late++ // all senders busy: the offered rate is not held
 				sem <- struct{}{}
 			}
-			inflight.Go(func() {
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
 				defer func() { <-sem }()
 				o, evt := newOrder(seq.Add(1))
 				id := txmsg.NewID()
@@ -196,7 +199,7 @@ func (b *bench) runB5(ctx context.Context) error {
 				}
 				sent.Add(1)
 				clock.commit(id, at, at.After(measureFrom))
-			})
+			}()
 		}
 		time.Sleep(time.Millisecond)
 	}

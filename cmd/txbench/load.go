@@ -68,7 +68,9 @@ func closedLoop(ctx context.Context, pr *progress, spec loadSpec, fn op) (loadRe
 	finish := func() { finishOnce.Do(func() { close(finished) }) }
 
 	for range spec.workers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			var lat []time.Duration
 			var ok, bad int64
 			var firstEr error
@@ -112,7 +114,7 @@ func closedLoop(ctx context.Context, pr *progress, spec loadSpec, fn op) (loadRe
 				ok++
 				lat = append(lat, d)
 			}
-		})
+		}()
 	}
 
 	stopProgress := pr.ticker(spec.name, func() string {
@@ -203,7 +205,9 @@ func (p *progress) printf(format string, args ...any) {
 func (p *progress) ticker(name string, status func() string, counter func() int64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		last, lastAt := counter(), time.Now()
@@ -218,6 +222,6 @@ func (p *progress) ticker(name string, status func() string, counter func() int6
 				p.printf("%-4s %s  %.0f/s", name, status(), rate)
 			}
 		}
-	})
+	}()
 	return func() { close(done); wg.Wait() }
 }

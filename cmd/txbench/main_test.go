@@ -31,7 +31,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var stdout bytes.Buffer
-	err := run(ctx, []string{"-smoke", "-json"}, &stdout, t.Output())
+	err := run(ctx, []string{"-smoke", "-json"}, &stdout, testbed.LogWriter(t))
 	require.NoError(t, err)
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), stdout.String())

@@ -90,7 +90,7 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.adminDB, err = testbed.Open(base.FormatDSN()); err != nil {
 		return fmt.Errorf("database at %s: %w (start it with scripts/mysql.sh start)", base.Addr, err)
 	}
-	r.dbName = "chaos_" + r.runID
+	r.dbName = testbed.DBPrefix + "chaos_" + r.runID
 	if err := r.adminDB.WithContext(ctx).Exec("CREATE DATABASE `" + r.dbName + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
 		return fmt.Errorf("create database %s: %w", r.dbName, err)
 	}

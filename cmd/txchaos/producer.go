@@ -108,7 +108,9 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	ready()
 	var wg sync.WaitGroup
 	for w := range spec.Workers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			wk := &worker{spec: spec, orders: orders, alog: alog, log: log}
 			for k := range spec.Keys {
 				// Keys are new for every incarnation, so each key's
@@ -125,7 +127,7 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 				}
 				wk.attempt(ctx)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	return nil

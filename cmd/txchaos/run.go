@@ -230,7 +230,8 @@ func (r *runner) txGroup() string { return "chaos_" + r.runID + "_txp" }
 func stopAll(procs ...*proc) {
 	var wg sync.WaitGroup
 	for _, p := range procs {
-		wg.Go(func() { p.stop(90 * time.Second) })
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop(90 * time.Second) }()
 	}
 	wg.Wait()
 }

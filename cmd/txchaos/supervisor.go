@@ -61,7 +61,8 @@ func (s *supervisor) start(ctx context.Context, name string, spec childSpec) *pr
 	s.mu.Lock()
 	s.procs = append(s.procs, p)
 	s.mu.Unlock()
-	s.wg.Go(func() { p.loop(ctx) })
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); p.loop(ctx) }()
 	return p
 }
 

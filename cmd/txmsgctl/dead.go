@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +14,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
-
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
-	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -89,22 +84,7 @@ func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
 // parked returns the parked messages with the given txmsg IDs (all when
 // ids is empty), of d.group when set, oldest first.
 func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.DeadLetter, error) {
-	_, table := k.inbox.Tables()
-	q := k.db.WithContext(ctx).Table(table)
-	if len(ids) > 0 {
-		q = q.Where("msg_id IN ?", ids)
-	}
-	if d.group != "" {
-		q = q.Where("consumer_group = ?", d.group)
-	}
-	if limit > 0 {
-		q = q.Limit(limit)
-	}
-	var rows []txmsg.DeadLetter
-	if err := q.Order("id").Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("read %s: %w", table, err)
-	}
-	return rows, nil
+	return k.inbox.Parked(ctx, txmsg.ParkedFilter{Group: d.group, IDs: ids, Limit: limit})
 }
 
 func cmdDeadList(ctx context.Context, e *env, args []string) error {
@@ -166,9 +146,9 @@ func cmdDeadShow(ctx context.Context, e *env, args []string) error {
 	defer k.close()
 	found := map[string]bool{}
 	if d.kind == kindOutbox {
-		var rows []outbox.Row
-		if err := k.db.WithContext(ctx).Table(k.ob.Table()).Where("msg_id IN ?", d.ids).Order("id").Find(&rows).Error; err != nil {
-			return fmt.Errorf("read %s: %w", k.ob.Table(), err)
+		rows, err := k.ob.Rows(ctx, d.ids...)
+		if err != nil {
+			return err
 		}
 		for _, r := range rows {
 			found[r.MsgID] = true
@@ -270,9 +250,9 @@ func requeueOutbox(ctx context.Context, e *env, k *conn, ids []string) error {
 	if int(n) == len(ids) {
 		return nil
 	}
-	var rows []outbox.Row
-	if err := k.db.WithContext(ctx).Table(k.ob.Table()).Select("msg_id", "status").Where("msg_id IN ?", ids).Find(&rows).Error; err != nil {
-		return fmt.Errorf("read %s: %w", k.ob.Table(), err)
+	rows, err := k.ob.Rows(ctx, ids...)
+	if err != nil {
+		return err
 	}
 	status := map[string]outbox.Status{}
 	for _, r := range rows {
@@ -340,32 +320,22 @@ func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
 }
 
 // requeueParked publishes each parked message again, once per txmsg ID
-// whatever the groups that parked it, then deletes its parked rows. Every
-// subscribed group receives it; those that handled it before drop it as a
-// duplicate.
+// whatever the groups that parked it, and deletes its parked rows
+// (txmsg.Inbox.RequeueParked).
 func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publishFlags) error {
 	rows, err := d.parked(ctx, k, d.ids, 0)
 	if err != nil {
 		return err
 	}
 	found := map[string]bool{}
-	var msgs []*txmsg.Message
 	var topics []string
 	for _, r := range rows {
-		if found[r.MsgID] {
-			continue
-		}
 		found[r.MsgID] = true
-		m, err := parkedMessage(r)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, m)
-		if !slices.Contains(topics, m.Topic) {
-			topics = append(topics, m.Topic)
+		if !slices.Contains(topics, r.Topic) {
+			topics = append(topics, r.Topic)
 		}
 	}
-	if len(msgs) == 0 {
+	if len(rows) == 0 {
 		return notFound(d.ids, found)
 	}
 	pub, err := txrmq.NewPublisher(pf.config(e, topics))
@@ -376,52 +346,17 @@ func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publish
 		return err
 	}
 	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
-	_, table := k.inbox.Tables()
-	var errs []error
-	for _, m := range msgs {
-		if err := pub.Publish(ctx, m); err != nil {
-			errs = append(errs, fmt.Errorf("republish %s to %s: %w", m.ID, m.Topic, err))
-			continue
-		}
-		q := k.db.WithContext(ctx).Table(table).Where("msg_id = ?", m.ID)
-		if d.group != "" {
-			q = q.Where("consumer_group = ?", d.group)
-		}
-		res := q.Delete(map[string]any{})
-		if res.Error != nil {
-			errs = append(errs, fmt.Errorf("%s was republished to %s, but deleting its parked row failed: %w", m.ID, m.Topic, res.Error))
-			continue
-		}
-		fmt.Fprintf(e.stdout, "republished %s to %s; deleted %d parked row(s)\n", m.ID, m.Topic, res.RowsAffected)
+	done, err := k.inbox.RequeueParked(ctx, pub, d.group, d.ids...)
+	for _, r := range done {
+		fmt.Fprintf(e.stdout, "republished %s to %s; deleted %d parked row(s)\n", r.ID, r.Topic, r.Deleted)
 	}
-	return errors.Join(append(errs, notFound(d.ids, found))...)
-}
-
-// parkedMessage rebuilds the message a parked row holds, with its txmsg
-// ID, so the inbox still dedupes it.
-func parkedMessage(r txmsg.DeadLetter) (*txmsg.Message, error) {
-	m := &txmsg.Message{ID: r.MsgID, Topic: r.Topic, Tag: r.Tag, Keys: strings.Fields(r.Keys), Body: r.Body}
-	if r.Properties != "" && r.Properties != "{}" && r.Properties != "null" {
-		var props map[string]string
-		if err := json.Unmarshal([]byte(r.Properties), &props); err != nil {
-			return nil, fmt.Errorf("parked message %s has unreadable properties: %w", r.MsgID, err)
-		}
-		for k, v := range props {
-			if !txmsg.ReservedProperty(k) {
-				if m.Properties == nil {
-					m.Properties = map[string]string{}
-				}
-				m.Properties[k] = v
-			}
-		}
-	}
-	return m, nil
+	return errors.Join(err, notFound(d.ids, found))
 }
 
 func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
 	d := newDeadCmd(e, "purge", "-kind outbox|consumer [flags] (-older-than D | ID...)")
 	olderThan := d.fs.Duration("older-than", 0, "delete those that died or were parked more than this long ago (0s: all of them)")
-	batch := d.fs.Int("batch", 1000, "rows deleted per statement")
+	batch := d.fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	if err := d.parse(args); err != nil {
 		return err
 	}
@@ -447,37 +382,22 @@ func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
 		if byAge {
 			n, err = k.ob.PurgeDead(ctx, *olderThan, *batch)
 		} else {
-			res := k.db.WithContext(ctx).Table(k.ob.Table()).Where("status = ? AND msg_id IN ?", outbox.StatusDead, d.ids).Delete(map[string]any{})
-			n, err = res.RowsAffected, res.Error
+			n, err = k.ob.DeleteDead(ctx, d.ids...)
 		}
 	} else {
 		_, table := k.inbox.Tables()
 		what = "parked message(s) from " + table
-		n, err = purgeParked(ctx, k.db, table, d.group, d.ids, *olderThan, *batch)
+		if byAge {
+			n, err = k.inbox.PurgeParked(ctx, *olderThan, *batch, d.group)
+		} else {
+			n, err = k.inbox.DeleteParked(ctx, d.group, d.ids...)
+		}
 	}
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "deleted %d %s\n", n, what)
 	return nil
-}
-
-// purgeParked deletes parked messages by txmsg ID, or by age when ids is
-// empty, of group when set.
-func purgeParked(ctx context.Context, db *gorm.DB, table, group string, ids []string, olderThan time.Duration, batch int) (int64, error) {
-	var where []clause.Expression
-	if group != "" {
-		where = append(where, clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group})
-	}
-	if len(ids) == 0 {
-		return store.PurgeBefore(ctx, db, table, "id", "parked_at", time.Now().UTC().Add(-olderThan), batch, where...)
-	}
-	q := db.WithContext(ctx).Table(table).Where("msg_id IN ?", ids)
-	for _, w := range where {
-		q = q.Where(w)
-	}
-	res := q.Delete(map[string]any{})
-	return res.RowsAffected, res.Error
 }
 
 func stamp(t time.Time) string {

@@ -6,23 +6,18 @@ import (
 	"time"
 
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/txmsg"
 )
-
-// minInboxAge is the youngest inbox row purge deletes: RocketMQ's
-// redelivery horizon (16 retries on the default schedule span 4 h 46 min)
-// with margin. A younger row's message could still be redelivered, and
-// its handler would run again.
-const minInboxAge = 5 * time.Hour
 
 func cmdPurge(ctx context.Context, e *env, args []string) error {
 	fs, c := newFlags(e, "purge", "purge [flags]")
 	sent := fs.Duration("sent-older-than", 24*time.Hour, "delete sent outbox rows published longer ago than this; negative skips")
 	barrier := fs.Duration("barrier-older-than", 24*time.Hour, "delete barrier rows older than this (at least -check-window); negative skips")
 	window := fs.Duration("check-window", checker.DefaultCheckWindow, "the broker's whole check-back window; barrier rows younger than this are never deleted")
-	inbox := fs.Duration("inbox-older-than", 72*time.Hour, fmt.Sprintf("delete inbox rows handled longer ago than this (at least %s, the broker's redelivery horizon); negative skips", minInboxAge))
+	inbox := fs.Duration("inbox-older-than", 72*time.Hour, fmt.Sprintf("delete inbox rows handled longer ago than this (at least %s, the broker's redelivery horizon); negative skips", txmsg.MinInboxPurgeAge))
 	dead := fs.Duration("dead-older-than", -1, "also delete dead outbox rows that died longer ago than this; negative (the default) skips")
 	parked := fs.Duration("dead-letters-older-than", -1, "also delete parked messages parked longer ago than this; negative (the default) skips")
-	batch := fs.Int("batch", 1000, "rows deleted per statement")
+	batch := fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -30,8 +25,8 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	if len(pos) > 0 {
 		return usageError("purge takes no arguments, got %q", pos)
 	}
-	if *inbox >= 0 && *inbox < minInboxAge {
-		return usageError("-inbox-older-than %s is inside the broker's redelivery horizon; use at least %s", *inbox, minInboxAge)
+	if *inbox >= 0 && *inbox < txmsg.MinInboxPurgeAge {
+		return usageError("-inbox-older-than %s is inside the broker's redelivery horizon; use at least %s", *inbox, txmsg.MinInboxPurgeAge)
 	}
 	if *window <= 0 || *batch <= 0 {
 		return usageError("-check-window and -batch must be positive")
@@ -62,7 +57,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 		{chk.Table(), "barrier rows", *barrier, chk.Purge},
 		{inTable, "inbox rows", *inbox, k.inbox.Purge},
 		{dlTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
-			return purgeParked(ctx, k.db, dlTable, "", nil, age, batch)
+			return k.inbox.PurgeParked(ctx, age, batch, "")
 		}},
 	}
 	for _, s := range steps {

@@ -63,7 +63,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 
 	// Configs themselves, however they are printed or logged.
 	cfg := txrmq.Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "pg"), AccessKey: accessKey, SecretKey: secretKey,
-		SecurityToken: token, Logger: log, ClientLogLevel: slog.LevelDebug, ClientLogLevelSet: true, SendTimeout: 500 * time.Millisecond, Retries: 1}
+		SecurityToken: token, Logger: log, ClientLogLevel: slog.LevelDebug, SendTimeout: 500 * time.Millisecond, Retries: 1}
 	sink.add("%v %+v %#v %s", cfg, cfg, cfg, cfg)
 	log.Info("config", "cfg", cfg, "tx", txrmq.TransactionalConfig{Config: cfg})
 	slog.New(slog.NewTextHandler(sink, nil)).Info("config", "cfg", cfg)

@@ -103,21 +103,20 @@ func collectStats(ctx context.Context, k *conn) (*statsReport, error) {
 		}
 		r.Barrier.Committed, r.Barrier.RolledBack = counts[checker.StateCommitted], counts[checker.StateRolledBack]
 	}
-	for _, g := range []*groupCounts{&r.Inbox, &r.DeadLetters} {
-		if !g.Present {
+	for _, g := range []struct {
+		counts *groupCounts
+		count  func(context.Context) (map[string]int64, error)
+	}{{&r.Inbox, k.inbox.HandledByGroup}, {&r.DeadLetters, k.inbox.ParkedByGroup}} {
+		if !g.counts.Present {
 			continue
 		}
-		var rows []struct {
-			ConsumerGroup string
-			N             int64
-		}
-		err := k.db.WithContext(ctx).Table(g.Table).Select("consumer_group, COUNT(*) AS n").Group("consumer_group").Scan(&rows).Error
+		groups, err := g.count(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("count %s: %w", g.Table, err)
+			return nil, err
 		}
-		for _, row := range rows {
-			g.Groups[row.ConsumerGroup] = row.N
-			g.Rows += row.N
+		for name, n := range groups {
+			g.counts.Groups[name] = n
+			g.counts.Rows += n
 		}
 	}
 	return r, nil

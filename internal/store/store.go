@@ -35,13 +35,29 @@ func IsDuplicate(db *gorm.DB, err error) bool {
 	return false
 }
 
+// DefaultPurgeBatch is the batch size of a purge asked for 0 rows per
+// statement.
+const DefaultPurgeBatch = 1000
+
 // PurgeBefore deletes rows of table whose timeCol is before cutoff and that
 // match where (optional), at most batch rows per statement, until none are
 // left or ctx ends. Small batches keep each delete's locks short. pk names
 // the column used to pick a batch; it must be unique.
+//
+// Each batch's keys are selected first, then deleted by a DELETE that
+// repeats the age and where conditions: a row that changed in between
+// (a dead outbox row requeued, a row whose time moved past the cutoff)
+// no longer matches and is kept.
 func PurgeBefore(ctx context.Context, db *gorm.DB, table, pk, timeCol string, cutoff time.Time, batch int, where ...clause.Expression) (int64, error) {
 	if batch <= 0 {
-		batch = 1000
+		batch = DefaultPurgeBatch
+	}
+	match := func(q *gorm.DB) *gorm.DB {
+		q = q.Where(clause.Lt{Column: clause.Column{Name: timeCol}, Value: cutoff})
+		for _, w := range where {
+			q = q.Where(w)
+		}
+		return q
 	}
 	var total int64
 	for {
@@ -49,18 +65,14 @@ func PurgeBefore(ctx context.Context, db *gorm.DB, table, pk, timeCol string, cu
 			return total, err
 		}
 		var keys []any
-		q := db.WithContext(ctx).Table(table).
-			Where(clause.Lt{Column: clause.Column{Name: timeCol}, Value: cutoff})
-		for _, w := range where {
-			q = q.Where(w)
-		}
+		q := match(db.WithContext(ctx).Table(table))
 		if err := q.Order(clause.OrderByColumn{Column: clause.Column{Name: pk}}).Limit(batch).Pluck(pk, &keys).Error; err != nil {
 			return total, fmt.Errorf("select rows to purge from %s: %w", table, err)
 		}
 		if len(keys) == 0 {
 			return total, nil
 		}
-		res := db.WithContext(ctx).Table(table).
+		res := match(db.WithContext(ctx).Table(table)).
 			Where(clause.IN{Column: clause.Column{Name: pk}, Values: keys}).
 			Delete(map[string]any{})
 		if res.Error != nil {

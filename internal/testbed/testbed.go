@@ -208,6 +208,10 @@ func ServerDefaults() DBOption { return func(o *dbOptions) { o.serverDefaults = 
 // isolationParams are DSN parameters that set the session's isolation level.
 var isolationParams = []string{"tx_isolation", "transaction_isolation"}
 
+// DBPrefix starts the name of every database the tests, the demo and the
+// tools create: scripts/mysql.sh grants the txmsg user these only.
+const DBPrefix = "txmsg_"
+
 // DB returns a gorm handle on a fresh database made for t and dropped when
 // t ends. With TXMSG_TEST_DB_DEFAULTS=1 every database is made as with
 // [ServerDefaults].
@@ -246,11 +250,13 @@ func DBWithDSN(t testing.TB, opts ...DBOption) (*gorm.DB, string) {
 	if err != nil {
 		unavailable(t, "MySQL/MariaDB at "+base.Addr, "scripts/mysql.sh start", err)
 	}
-	name := strings.ToLower(Name(t, "t"))
-	if len(name) > 64 {
-		name = name[len(name)-64:]
+	// txmsg_ first: scripts/mysql.sh grants the test user txmsg_* databases
+	// only. The end of the name (test name and random suffix) is kept.
+	name := strings.TrimLeft(strings.ToLower(Name(t, "")), "_-")
+	if len(name) > 64-len(DBPrefix) {
+		name = strings.TrimLeft(name[len(name)-(64-len(DBPrefix)):], "_-")
 	}
-	name = strings.TrimLeft(name, "_-")
+	name = DBPrefix + name
 	create := "CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 	if o.serverDefaults {
 		create = "CREATE DATABASE `" + name + "`"
@@ -296,4 +302,16 @@ func Open(dsn string) (*gorm.DB, error) {
 	}
 	sqlDB.SetMaxOpenConns(50)
 	return db, nil
+}
+
+// LogWriter returns a writer whose every Write is one t.Log line, for
+// loggers and tools that take an io.Writer: their output shows with the
+// test's, when it fails or runs with -v.
+func LogWriter(t testing.TB) io.Writer { return logWriter{t} }
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

@@ -1,11 +1,17 @@
 // Package rmqlog routes rocketmq-client-go's logger to a *slog.Logger.
 //
-// The client logs through one process-wide logger, read by every client
-// goroutine without synchronisation, so it can be replaced safely only
-// before the first client starts. txmsg's RocketMQ components call Install
-// in their constructors; a program that also creates clients of its own
-// (admin tools, plain consumers) should call Install first, before any of
-// them.
+// What is process-wide: the client logs through one logger per process,
+// read by every client goroutine without synchronisation, so it can be set
+// safely only once, before the first client starts. Hence the first Install
+// in a process decides, for every RocketMQ client of the process, where the
+// client's own logs go and from which level; so does the list of secrets
+// to mask ([Redact]). txmsg's RocketMQ components call Install in their
+// constructors with their Logger and ClientLogLevel. A later Install with a
+// different logger or level changes nothing and returns an error wrapping
+// [ErrConflict] (the components log it as a warning, once per setting). A
+// program that wants one place for the client's logs, or that creates
+// clients of its own (admin tools, plain consumers), calls Install first,
+// before any of them.
 //
 // The bridge never passes credentials on: fields named like AccessKey or
 // SecretKey are masked, and every value registered with [Redact] is
@@ -14,6 +20,7 @@ package rmqlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -23,27 +30,42 @@ import (
 )
 
 // The client's logger is process-wide, so what the bridge knows is too:
-// whether it is installed, and which secrets to mask.
+// the installed bridge, and which secrets to mask.
 var (
-	once sync.Once
+	installMu sync.Mutex
+	installed *bridge
 
 	secretsMu sync.RWMutex
 	secrets   []string
 )
 
-// Install sends the client's logs at level min and above to l, and drops
-// the rest. Only the first call in a process takes effect; it reports
-// whether this call did.
-func Install(l *slog.Logger, min slog.Level) bool {
-	installed := false
-	once.Do(func() {
-		if l == nil {
-			l = slog.Default()
-		}
-		rlog.SetLogger(&bridge{l: l, min: min})
-		installed = true
-	})
-	return installed
+// ErrConflict means the client's logger was already installed with
+// another logger or level; the first setting stays in force.
+var ErrConflict = errors.New("rmqlog: rocketmq-client-go's logger is process-wide and already installed with another setting")
+
+// Install sends the client's logs at level min and above to l (nil means
+// slog.Default()), and drops the rest. The first call in a process takes
+// effect. A later call with the same logger and level returns nil; with
+// another one it changes nothing and returns an error wrapping
+// [ErrConflict] that names both levels.
+func Install(l *slog.Logger, min slog.Level) error {
+	if l == nil {
+		l = slog.Default()
+	}
+	installMu.Lock()
+	defer installMu.Unlock()
+	switch {
+	case installed == nil:
+		installed = &bridge{l: l, min: min}
+		rlog.SetLogger(installed)
+		return nil
+	case installed.l == l && installed.min == min:
+		return nil
+	case installed.l == l:
+		return fmt.Errorf("%w: client logs stay at level %s and above, not %s", ErrConflict, installed.min, min)
+	default:
+		return fmt.Errorf("%w: client logs (level %s and above) stay with the first logger installed, not this one (level %s)", ErrConflict, installed.min, min)
+	}
 }
 
 // Redact registers values, such as an access key, a secret key or a

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,4 +43,30 @@ func TestBridgeDropsBelowMinAndExpectedRollback(t *testing.T) {
 	require.Empty(t, buf.String())
 	b.Warning("kept", nil)
 	require.Contains(t, buf.String(), "component=rocketmq-client")
+}
+
+// TestInstallIsProcessWideAndRefusesAnotherSetting: the first Install
+// decides; the same setting again is fine; another logger or level
+// changes nothing and says so with ErrConflict. It is the only test of this
+// package that calls Install, since the client's logger is process-wide.
+func TestInstallIsProcessWideAndRefusesAnotherSetting(t *testing.T) {
+	var first, second bytes.Buffer
+	l1 := slog.New(slog.NewTextHandler(&first, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l2 := slog.New(slog.NewTextHandler(&second, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	require.NoError(t, Install(l1, slog.LevelWarn))
+	require.NoError(t, Install(l1, slog.LevelWarn), "the same setting again")
+
+	err := Install(l1, slog.LevelDebug)
+	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorContains(t, err, "level WARN")
+	err = Install(l2, slog.LevelWarn)
+	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, Install(nil, slog.LevelWarn), ErrConflict, "nil is slog.Default(), another logger")
+
+	// The client's logs still go to the first logger, at its level.
+	rlog.Info("routine", nil)
+	rlog.Warning("route trouble", map[string]any{"topic": "t"})
+	require.NotContains(t, first.String(), "routine")
+	require.Contains(t, first.String(), "route trouble")
+	require.Empty(t, second.String())
 }

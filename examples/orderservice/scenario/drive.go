@@ -176,14 +176,16 @@ func Drive(ctx context.Context, opts Options) (*Run, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range opts.Concurrency {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for r := range work {
 				status, id, err := post(ctx, opts.Client, opts.BaseURL, r.body)
 				mu.Lock()
 				run.record(r.kind, status, id, err)
 				mu.Unlock()
 			}
-		})
+		}()
 	}
 	stopProgress := progress(opts.Progress, func() string {
 		mu.Lock()
@@ -287,7 +289,9 @@ func progress(w io.Writer, line func() string) (stop func()) {
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -298,7 +302,7 @@ func progress(w io.Writer, line func() string) (stop func()) {
 				fmt.Fprintf(w, "\r  %s", line())
 			}
 		}
-	})
+	}()
 	return func() {
 		close(done)
 		wg.Wait()

@@ -1,0 +1,74 @@
+package outbox
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+)
+
+// TestPurgeDeadSparesRowRequeuedMidway: an operator requeues a dead row
+// after PurgeDead has selected it and before it deletes it. The row is
+// pending again and must be published, not deleted.
+func TestPurgeDeadSparesRowRequeuedMidway(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	ids := e.send(3, "race")
+	past := time.Now().UTC().Add(-2 * time.Hour)
+	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids).
+		Updates(map[string]any{"status": StatusDead, "updated_at": past}).Error)
+
+	// Between the purge's SELECT and its DELETE, the row is requeued
+	// through the library, on another connection of the pool.
+	var fired atomic.Bool
+	require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("test:requeue_midway", func(tx *gorm.DB) {
+		if tx.Statement.Table == e.ob.Table() && fired.CompareAndSwap(false, true) {
+			n, err := e.ob.Requeue(context.Background(), ids[1])
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n)
+		}
+	}))
+
+	n, err := e.ob.PurgeDead(ctx, time.Hour, 0)
+	require.NoError(t, err)
+	require.True(t, fired.Load())
+	require.EqualValues(t, 2, n)
+	rows := e.rows("")
+	require.Len(t, rows, 1)
+	require.Equal(t, ids[1], rows[0].MsgID)
+	require.Equal(t, StatusPending, rows[0].Status)
+}
+
+// TestRowsAndDeleteDead: Rows finds rows by txmsg ID in any status;
+// DeleteDead deletes only the dead ones among the IDs.
+func TestRowsAndDeleteDead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	ids := e.send(3, "ops")
+	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids[:2]).Update("status", StatusDead).Error)
+
+	rows, err := e.ob.Rows(ctx, ids[2], ids[0], "missing")
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, ids[0], rows[0].MsgID, "in id order")
+	require.Equal(t, StatusDead, rows[0].Status)
+	require.Equal(t, StatusPending, rows[1].Status)
+	rows, err = e.ob.Rows(ctx)
+	require.NoError(t, err)
+	require.Empty(t, rows)
+
+	n, err := e.ob.DeleteDead(ctx, ids...)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the pending row is not dead")
+	left := e.rows("")
+	require.Len(t, left, 1)
+	require.Equal(t, ids[2], left[0].MsgID)
+	n, err = e.ob.DeleteDead(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

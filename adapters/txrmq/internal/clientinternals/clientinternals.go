@@ -1,0 +1,294 @@
+// Package clientinternals is the one place where txrmq reaches into the
+// unexported state of the pinned rocketmq-client-go version, by reflection
+// and unsafe, for what the client offers no public call for:
+//
+//   - warming a producer's routes, so a restarted transactional producer is
+//     known to the brokers (and answers check-backs) before its first send
+//     ([WarmTransactionProducer], [WarmProducer], [MissingRoutes]);
+//   - waiting for a push consumer's retry-topic route and running one
+//     rebalance at Start ([ConsumerClientOf]);
+//   - probing routes for health checks ([NameServers],
+//     [TransactionProducerNameServers]).
+//
+// Every function reports an error (or nil) when the fields or methods it
+// needs are not there, never panics, and the callers degrade to the
+// client's own schedule. [Check] walks every path on values built by the
+// client's public constructors, without a broker; its test fails when an
+// upgrade of the client renames or retypes what this package relies on.
+package clientinternals
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+)
+
+// RouteProber is the part of the client's name-server registry
+// (internal.Namesrvs) that health checks use. Neither method has internal
+// types in its signature, so an ordinary interface assertion reaches them.
+type RouteProber interface {
+	// FetchSubscribeMessageQueues asks the name servers for topic's route,
+	// bypassing the client's cache.
+	FetchSubscribeMessageQueues(topic string) ([]*primitive.MessageQueue, error)
+	// FindBrokerAddrByName returns the master address of a broker the
+	// client has learnt of, or "".
+	FindBrokerAddrByName(brokerName string) string
+}
+
+// ConsumerClient is the part of the client's internal RMQClient that a
+// consumer's start-up uses.
+type ConsumerClient interface {
+	UpdateTopicRouteInfo()
+	RebalanceImmediately()
+}
+
+// routeWarmer is the part of the client's internal RMQClient that warm-up
+// needs.
+type routeWarmer interface {
+	UpdateTopicRouteInfo()
+	SendHeartbeatToAllBrokerWithLock()
+}
+
+// Names of the pinned client's unexported fields and methods used here.
+const (
+	fieldTxInner     = "producer" // *producer.transactionProducer → *defaultProducer
+	fieldClient      = "client"   // *defaultProducer, *defaultConsumer (promoted into *pushConsumer) → internal.RMQClient
+	methodUpdateInfo = "UpdateTopicPublishInfo"
+	methodNeedUpdate = "IsPublishTopicNeedUpdate"
+	methodGetNameSrv = "GetNameSrv"
+)
+
+// guard turns a panic of reflect into an error.
+func guard(err *error) {
+	if v := recover(); v != nil {
+		*err = fmt.Errorf("rocketmq-client-go internals: %v", v)
+	}
+}
+
+// field returns v's field name, made readable although unexported. v must
+// be a non-nil pointer to a struct.
+func field(v reflect.Value, name string) (reflect.Value, error) {
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, fmt.Errorf("%s is not a pointer to a struct", v.Type())
+	}
+	f := v.Elem().FieldByName(name)
+	if !f.IsValid() {
+		return reflect.Value{}, fmt.Errorf("%s has no field %q", v.Type(), name)
+	}
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
+}
+
+// txInner returns the *defaultProducer inside a transaction producer.
+func txInner(txp any) (reflect.Value, error) {
+	dp, err := field(reflect.ValueOf(txp), fieldTxInner)
+	if err != nil {
+		return reflect.Value{}, err
+	}
+	if dp.Kind() != reflect.Pointer || dp.IsNil() {
+		return reflect.Value{}, errors.New("transaction producer's producer field is not a non-nil pointer")
+	}
+	return dp, nil
+}
+
+// clientOf returns the internal.RMQClient held by component's client field.
+func clientOf(component reflect.Value) (reflect.Value, error) {
+	c, err := field(component, fieldClient)
+	if err != nil {
+		return reflect.Value{}, err
+	}
+	if c.Kind() != reflect.Interface || c.IsNil() {
+		return reflect.Value{}, fmt.Errorf("%s's client field is not a non-nil interface", component.Type())
+	}
+	return c, nil
+}
+
+// producerParts are what warm-up needs of a *defaultProducer.
+type producerParts struct {
+	update   reflect.Value // UpdateTopicPublishInfo(topic string, info *internal.TopicPublishInfo)
+	infoType reflect.Type  // internal.TopicPublishInfo
+	need     reflect.Value // IsPublishTopicNeedUpdate(topic string) bool
+	client   routeWarmer
+}
+
+func partsOf(dp reflect.Value) (producerParts, error) {
+	var p producerParts
+	p.update = dp.MethodByName(methodUpdateInfo)
+	if !p.update.IsValid() || p.update.Type().NumIn() != 2 || p.update.Type().In(0).Kind() != reflect.String ||
+		p.update.Type().In(1).Kind() != reflect.Pointer || p.update.Type().In(1).Elem().Kind() != reflect.Struct {
+		return p, fmt.Errorf("producer has no %s(topic string, *info)", methodUpdateInfo)
+	}
+	p.infoType = p.update.Type().In(1).Elem()
+	p.need = dp.MethodByName(methodNeedUpdate)
+	if !p.need.IsValid() || p.need.Type().NumIn() != 1 || p.need.Type().In(0).Kind() != reflect.String ||
+		p.need.Type().NumOut() != 1 || p.need.Type().Out(0).Kind() != reflect.Bool {
+		return p, fmt.Errorf("producer has no %s(topic string) bool", methodNeedUpdate)
+	}
+	c, err := clientOf(dp)
+	if err != nil {
+		return p, err
+	}
+	var ok bool
+	if p.client, ok = c.Interface().(routeWarmer); !ok {
+		return p, errors.New("client lacks UpdateTopicRouteInfo/SendHeartbeatToAllBrokerWithLock")
+	}
+	return p, nil
+}
+
+// warm marks topics as published to, fetches their routes and sends a
+// heartbeat to their brokers.
+func (p producerParts) warm(topics []string) {
+	for _, topic := range topics {
+		// An empty publish entry marks the topic as one the producer
+		// publishes to, so the client's route refresh fetches it.
+		p.update.Call([]reflect.Value{reflect.ValueOf(topic), reflect.New(p.infoType)})
+	}
+	p.client.UpdateTopicRouteInfo()
+	p.client.SendHeartbeatToAllBrokerWithLock()
+}
+
+// WarmTransactionProducer makes a started transaction producer (the value
+// rmq.NewTransactionProducer returned) known to the brokers serving
+// topics, before it sends anything.
+//
+// Why: a broker sends check-backs only to producers that have sent it a
+// heartbeat, and the client heartbeats only to brokers it learned from the
+// routes of topics it has published to. A service restarted after a crash
+// would otherwise not answer check-backs for its group until its first
+// send plus up to 30 s.
+func WarmTransactionProducer(txp any, topics []string) (err error) {
+	defer guard(&err)
+	dp, err := txInner(txp)
+	if err != nil {
+		return err
+	}
+	parts, err := partsOf(dp)
+	if err != nil {
+		return err
+	}
+	parts.warm(topics)
+	return nil
+}
+
+// WarmProducer is [WarmTransactionProducer] for a plain producer (the value
+// rmq.NewProducer returned).
+func WarmProducer(p any, topics []string) (err error) {
+	defer guard(&err)
+	parts, err := partsOf(reflect.ValueOf(p))
+	if err != nil {
+		return err
+	}
+	parts.warm(topics)
+	return nil
+}
+
+// MissingRoutes returns the topics the transaction producer has no
+// publish route for yet.
+func MissingRoutes(txp any, topics []string) (missing []string, err error) {
+	defer guard(&err)
+	dp, err := txInner(txp)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := partsOf(dp)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range topics {
+		if parts.need.Call([]reflect.Value{reflect.ValueOf(t)})[0].Bool() {
+			missing = append(missing, t)
+		}
+	}
+	return missing, nil
+}
+
+// ConsumerClientOf returns the client behind a push consumer (the value
+// rmq.NewPushConsumer returned), or nil when it cannot be reached.
+func ConsumerClientOf(pc any) (cl ConsumerClient) {
+	cl, _ = consumerClient(pc)
+	return cl
+}
+
+func consumerClient(pc any) (cl ConsumerClient, err error) {
+	defer guard(&err)
+	c, err := clientOf(reflect.ValueOf(pc)) // promoted from the embedded *defaultConsumer
+	if err != nil {
+		return nil, err
+	}
+	cl, ok := c.Interface().(ConsumerClient)
+	if !ok {
+		return nil, errors.New("client lacks UpdateTopicRouteInfo/RebalanceImmediately")
+	}
+	if _, ok := pc.(interface{ IsSubscribeTopicNeedUpdate(string) bool }); !ok {
+		return nil, errors.New("push consumer lacks IsSubscribeTopicNeedUpdate")
+	}
+	return cl, nil
+}
+
+// NameServers returns the name-server registry of the client behind
+// component: a plain producer or a push consumer, as the client's
+// constructors return them.
+func NameServers(component any) (rp RouteProber, err error) {
+	defer guard(&err)
+	return nameServers(reflect.ValueOf(component))
+}
+
+// TransactionProducerNameServers is [NameServers] for a transaction
+// producer.
+func TransactionProducerNameServers(txp any) (rp RouteProber, err error) {
+	defer guard(&err)
+	dp, err := txInner(txp)
+	if err != nil {
+		return nil, err
+	}
+	return nameServers(dp)
+}
+
+func nameServers(component reflect.Value) (RouteProber, error) {
+	c, err := clientOf(component)
+	if err != nil {
+		return nil, err
+	}
+	get := c.Elem().MethodByName(methodGetNameSrv)
+	if !get.IsValid() || get.Type().NumIn() != 0 || get.Type().NumOut() != 1 {
+		return nil, fmt.Errorf("client has no %s()", methodGetNameSrv)
+	}
+	rp, ok := get.Call(nil)[0].Interface().(RouteProber)
+	if !ok {
+		return nil, errors.New("name-server registry lacks FetchSubscribeMessageQueues/FindBrokerAddrByName")
+	}
+	return rp, nil
+}
+
+// Check reaches every field and method this package uses, on a
+// transaction producer, a plain producer and a push consumer built by the
+// client's constructors (started or not), without calling anything that
+// talks to the network. It returns the first path that is missing.
+func Check(txp, p, pc any) (err error) {
+	defer guard(&err)
+	dp, err := txInner(txp)
+	if err != nil {
+		return fmt.Errorf("transaction producer: %w", err)
+	}
+	if _, err := partsOf(dp); err != nil {
+		return fmt.Errorf("transaction producer: %w", err)
+	}
+	if _, err := nameServers(dp); err != nil {
+		return fmt.Errorf("transaction producer: %w", err)
+	}
+	if _, err := partsOf(reflect.ValueOf(p)); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	if _, err := nameServers(reflect.ValueOf(p)); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	if _, err := consumerClient(pc); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
+	if _, err := nameServers(reflect.ValueOf(pc)); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
+	return nil
+}
