@@ -61,8 +61,9 @@ type Config struct {
 	// RocketMQ reaches the cluster. Its Group is the service's producer
 	// group; see the package documentation for the groups derived from it.
 	// Required, except for a local-table stack that runs only
-	// [PartProducer], which needs no broker. Set Logger and Hooks on this
-	// Config, not here: the stack hands them to every part.
+	// [PartProducer], which needs no broker. Its Hooks must be empty: set
+	// them on this Config, which hands them to every part. Its Logger, when
+	// set, is the RocketMQ parts' logger instead of Config.Logger.
 	RocketMQ txrmq.Config
 	// Topics are the topics the service publishes to. The producers fetch
 	// their routes at Start, and in transactional mode Health checks them.
