@@ -268,3 +268,21 @@ func TestOutboxStack(t *testing.T) {
 		require.NoError(t, background.Health(ctx))
 	})
 }
+
+// A Start that fails closes what it started and leaves the stack closed.
+func TestStartFailureClosesTheStack(t *testing.T) {
+	t.Parallel()
+	s, err := Transactional(TransactionalConfig{Config: Config{DB: offlineDB(t),
+		RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = s.Start(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "start transactional producer")
+	_, err = s.Transact(context.Background(), &txmsg.Message{Topic: "t", Body: []byte(`{}`)}, func(context.Context, *gorm.DB) error { return nil })
+	require.ErrorIs(t, err, txmsg.ErrClosed)
+	require.ErrorIs(t, s.Start(context.Background()), txmsg.ErrClosed)
+	require.ErrorIs(t, s.Transactional().Start(context.Background()), txmsg.ErrClosed, "the producer was closed")
+	require.NoError(t, s.Close(context.Background()))
+}
