@@ -7,7 +7,7 @@ export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
 export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
 
-.PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
+.PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. They require a released version of the root module; the
@@ -73,6 +73,14 @@ wire-check:
 		diff -u "$$p/wire_gen.go" "$$tmp/$$p/wire_gen.go" || stale=1; \
 	done; \
 	if [ $$stale -ne 0 ]; then echo "wire_gen.go is stale; run: $(GO) run github.com/google/wire/cmd/wire@v0.7.0 $(WIRE_PKGS)/..."; exit 1; fi
+
+## quickstart: run both quick-start programs (examples/quickstart) against the test bed; each saves one
+## order with its event and exits 0 once a consumer has handled the event.
+QUICKSTART_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_quickstart?parseTime=true
+quickstart: services-up
+	$(GO) run ./internal/testbed/cmd/prepare -dsn '$(QUICKSTART_DSN)' -topic quickstart,quickstart-outbox
+	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart/transactional
+	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart/outbox
 
 ## demo: run examples/orderservice against the real broker and database, drive ~200 orders and print a consistency report (MODE=transactional|outbox).
 DEMO_BIN := .cache/demo/orderservice

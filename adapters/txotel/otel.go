@@ -1,4 +1,4 @@
-// Package otel carries OpenTelemetry trace context from a txmsg producer to
+// Package txotel carries OpenTelemetry trace context from a txmsg producer to
 // the consumer that handles the event, through the broker.
 //
 // It lives in its own Go module and depends only on the OpenTelemetry API;

@@ -1,4 +1,4 @@
-// Package prometheus exports txmsg's events as Prometheus metrics.
+// Package txprom exports txmsg's events as Prometheus metrics.
 //
 // It lives in its own Go module, so txmsg's core module does not depend on
 // Prometheus. [Metrics] implements txmsg's hook interfaces: put it in the
@@ -6,11 +6,11 @@
 // registry. [OutboxCollector] reads an outbox table's depth at scrape
 // time.
 //
-//	m := prometheus.New(prometheus.Config{})
+//	m := txprom.New(txprom.Config{})
 //	reg.MustRegister(m)
 //	tr, _ := txrmq.NewTransactional(txrmq.TransactionalConfig{Config: txrmq.Config{Hooks: txmsg.Hooks{m}, ...}}, db, chk)
 //	inbox, _ := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{m}})
-//	oc, _ := prometheus.NewOutboxCollector(ob.Stats, prometheus.OutboxConfig{Table: ob.Table()})
+//	oc, _ := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table()})
 //	reg.MustRegister(oc)
 //
 // Metrics (histograms in seconds, with [Config.Buckets]):

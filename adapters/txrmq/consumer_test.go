@@ -522,31 +522,3 @@ func TestConsumerClosedBeforeStart(t *testing.T) {
 	require.NoError(t, c.Close(context.Background()), "Close is idempotent")
 	require.ErrorIs(t, c.Start(context.Background()), txmsg.ErrClosed)
 }
-
-func ExampleNewConsumer() {
-	type OrderCreated struct {
-		OrderID string `json:"order_id"`
-	}
-	var db *gorm.DB // opened with gorm.Open
-	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
-	if err != nil {
-		return
-	}
-	orders := txmsg.Topic[OrderCreated]{Name: "order-created"}
-	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "inventory"},
-	}, inbox, txmsg.Handle(orders, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[OrderCreated]) error {
-		// Runs at most once per order for the group: tx also records the
-		// message in the inbox, and commits only if this returns nil.
-		return tx.Exec("UPDATE stock SET reserved = reserved + 1 WHERE order_id = ?", d.Event.OrderID).Error
-	}))
-	if err != nil {
-		return
-	}
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		return
-	}
-	defer c.Close(ctx)
-	// ... serve until shutdown.
-}

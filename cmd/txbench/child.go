@@ -16,6 +16,8 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/stack"
+	"github.com/txmsg/txmsg/txmsg"
 )
 
 // childEnv, when set in the environment, makes the binary (or the test
@@ -86,34 +88,36 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 			_ = s.Close()
 		}
 	}()
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.Group, Logger: log},
-		Topics: []string{spec.Topic},
+	// The background part of a local-table stack: spec.Relays relays on
+	// one publisher. The relays' hook counts what the broker acknowledged.
+	counter := &ackCounter{}
+	st, err := stack.Outbox(stack.OutboxConfig{
+		Config: stack.Config{
+			DB:       db,
+			RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.Group},
+			Topics:   []string{spec.Topic},
+			Parts:    stack.PartBackground,
+			Logger:   log,
+			Hooks:    txmsg.Hooks{counter},
+		},
+		Outbox: outbox.Config{Table: spec.Table},
+		Relay:  outbox.RelayConfig{Name: spec.Group, BatchSize: spec.BatchSize},
+		Relays: spec.Relays,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := pub.Start(ctx); err != nil {
+	defer func() { _ = st.Close(context.Background()) }()
+	// The publisher first, with one message alone, so the timed drain
+	// starts with connected clients and known routes (concurrent first
+	// sends to a topic can fail with "route info not found" in the client,
+	// and their rows would back off for a second). The stack's Start does
+	// not start it again.
+	if err := st.Publisher().Start(ctx); err != nil {
 		return nil, err
 	}
-	defer func() { _ = pub.Close(context.Background()) }()
-	// One message first, alone, so the timed drain starts with connected
-	// clients and known routes (concurrent first sends to a topic can fail
-	// with "route info not found" in the client, and their rows would
-	// back off for a second).
-	if err := warmPublisher(ctx, pub, spec.Topic); err != nil {
+	if err := warmPublisher(ctx, st.Publisher(), spec.Topic); err != nil {
 		return nil, err
-	}
-	counter := &ackCounter{inner: pub}
-
-	relays := make([]*outbox.Relay, spec.Relays)
-	for i := range relays {
-		relays[i], err = outbox.NewRelay(db, counter, outbox.RelayConfig{
-			Table: spec.Table, Name: fmt.Sprintf("%s-%d", spec.Group, i), BatchSize: spec.BatchSize, Logger: log,
-		})
-		if err != nil {
-			return nil, err
-		}
 	}
 
 	var peak atomic.Int64
@@ -152,14 +156,10 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 		defer pprof.StopCPUProfile()
 	}
 
-	runCtx, stopRelays := context.WithCancel(ctx)
-	var running sync.WaitGroup
 	t0 := time.Now()
-	for _, r := range relays {
-		running.Add(1)
-		go func() { defer running.Done(); _ = r.Run(runCtx) }()
+	if err := st.Start(ctx); err != nil {
+		return nil, err
 	}
-	defer func() { stopRelays(); running.Wait() }()
 	stopProgress := pr.ticker(spec.Label, func() string {
 		return fmt.Sprintf("relay drained %d/%d, rss %.1f MiB", counter.acked.Load(), spec.Expect, kib2mib(peak.Load()))
 	}, counter.acked.Load)

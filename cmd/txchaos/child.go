@@ -47,11 +47,11 @@ type childSpec struct {
 	NameServer string            `json:"namesrv"`
 	Topics     map[string]string `json:"topics"` // mode → topic
 
-	TxGroup         string `json:"tx_group"`
-	RelayGroup      string `json:"relay_group"`
-	ConsumerGroup   string `json:"consumer_group"`
-	SweeperGroup    string `json:"sweeper_group"`
-	SweeperPubGroup string `json:"sweeper_pub_group"`
+	// TxGroup is the transactional producer group; the sweeper's group is
+	// derived from it (stack.SweeperSuffix).
+	TxGroup       string `json:"tx_group"`
+	RelayGroup    string `json:"relay_group"`
+	ConsumerGroup string `json:"consumer_group"`
 
 	StableName    bool    `json:"stable_name,omitempty"` // relay: keep Name across restarts
 	AttemptDir    string  `json:"attempt_dir"`

@@ -11,7 +11,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
-	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -50,42 +50,53 @@ func (h relayHooks) OnRelayBatch(_ context.Context, size, failed int, _ time.Dur
 
 var _ txmsg.HookRelayBatch = relayHooks{}
 
+// runRelay runs the background part of a local-table stack: a publisher
+// and one ordered relay.
 func runRelay(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.Logger) error {
 	db, err := openDB(spec.DSN, 8)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
 	topic := spec.Topics[modeOutbox]
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.RelayGroup, Logger: log},
-		Topics: []string{topic},
-	})
-	if err != nil {
-		return err
-	}
-	if err := pub.Start(ctx); err != nil {
-		return err
-	}
-	defer func() { _ = pub.Close(context.Background()) }()
 	name := fmt.Sprintf("%s-%d", spec.Name, os.Getpid())
 	if spec.StableName {
 		name = spec.Name
 	}
-	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{
-		Name:         name,
-		Ordered:      true,
-		PollInterval: relayPoll,
-		LeaseTTL:     relayLeaseTTL,
-		MinBackoff:   500 * time.Millisecond,
-		MaxBackoff:   relayMaxBackoff,
-		Logger:       log,
-		Hooks:        txmsg.Hooks{relayHooks{ks}},
+	st, err := stack.Outbox(stack.OutboxConfig{
+		Config: stack.Config{
+			DB:       db,
+			RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.RelayGroup},
+			Topics:   []string{topic},
+			Parts:    stack.PartBackground,
+			Logger:   log,
+			Hooks:    txmsg.Hooks{relayHooks{ks}},
+		},
+		Relay: outbox.RelayConfig{
+			Name:         name,
+			Ordered:      true,
+			PollInterval: relayPoll,
+			LeaseTTL:     relayLeaseTTL,
+			MinBackoff:   500 * time.Millisecond,
+			MaxBackoff:   relayMaxBackoff,
+		},
 	})
 	if err != nil {
 		return err
 	}
+	return runUntilDone(ctx, st)
+}
+
+// runUntilDone starts st, reports ready, and closes st once ctx ends: a
+// batch being published is finished and marked first.
+func runUntilDone(ctx context.Context, st *stack.Stack) error {
+	if err := st.Start(ctx); err != nil {
+		return err
+	}
 	ready()
-	return relay.Run(ctx)
+	<-ctx.Done()
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return st.Close(cctx)
 }
 
 // Kill points of the consumer.
@@ -153,39 +164,26 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	return c.Close(cctx)
 }
 
+// runSweeper runs the background part of a transactional stack: the
+// sweeper, in the group the stack derives from the producer group, and its
+// publisher.
 func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 	db, err := openDB(spec.DSN, 8)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	chk, err := checker.New(db, checker.Config{Logger: log})
-	if err != nil {
-		return err
-	}
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.SweeperPubGroup, Logger: log},
-		Topics: []string{spec.Topics[modeTx]},
+	st, err := stack.Transactional(stack.TransactionalConfig{
+		Config: stack.Config{
+			DB:       db,
+			RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup},
+			Topics:   []string{spec.Topics[modeTx]},
+			Parts:    stack.PartBackground,
+			Logger:   log,
+		},
+		Sweeper: stack.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
 	})
 	if err != nil {
 		return err
 	}
-	if err := pub.Start(ctx); err != nil {
-		return err
-	}
-	defer func() { _ = pub.Close(context.Background()) }()
-	sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{
-		Config:          txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.SweeperGroup, Logger: log},
-		ProducerGroups:  []string{spec.TxGroup},
-		HoldFor:         20 * time.Second,
-		RetryDelayLevel: consumerRetryLevel,
-	}, chk, pub)
-	if err != nil {
-		return err
-	}
-	if err := sw.Start(ctx); err != nil {
-		return err
-	}
-	ready()
-	<-ctx.Done()
-	return sw.Close(context.Background())
+	return runUntilDone(ctx, st)
 }

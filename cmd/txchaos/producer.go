@@ -12,9 +12,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
-	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -63,36 +62,34 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	hooks := txmsg.Hooks{producerHooks{ks}}
+	// The producer part of the mode's stack; the relay and the sweeper
+	// run in processes of their own.
 	topic := spec.Topics[spec.Mode]
-	var tr txmsg.Transactor
+	sc := stack.Config{
+		DB:       db,
+		RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup},
+		Topics:   []string{topic},
+		Parts:    stack.PartProducer,
+		Logger:   log,
+		Hooks:    txmsg.Hooks{producerHooks{ks}},
+	}
+	var st *stack.Stack
 	switch spec.Mode {
 	case modeTx:
-		chk, err := checker.New(db, checker.Config{Logger: log})
-		if err != nil {
-			return err
-		}
-		t, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-			Config: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup, Logger: log, Hooks: hooks},
-			Topics: []string{topic},
-		}, db, chk)
-		if err != nil {
-			return err
-		}
-		if err := t.Start(ctx); err != nil {
-			return err
-		}
-		defer func() { _ = t.Close(context.Background()) }()
-		tr = t
+		st, err = stack.Transactional(stack.TransactionalConfig{Config: sc})
 	case modeOutbox:
-		o, err := outbox.New(db, outbox.Config{Logger: log, Hooks: hooks})
-		if err != nil {
-			return err
-		}
-		tr = o
+		st, err = stack.Outbox(stack.OutboxConfig{Config: sc})
 	default:
-		return fmt.Errorf("unknown mode %q", spec.Mode)
+		err = fmt.Errorf("unknown mode %q", spec.Mode)
 	}
+	if err != nil {
+		return err
+	}
+	if err := st.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = st.Close(context.Background()) }()
+	var tr txmsg.Transactor = st
 	orders, err := txmsg.NewProducer(tr, txmsg.Topic[orderEvent]{Name: topic, Tag: "created"})
 	if err != nil {
 		return err

@@ -199,14 +199,12 @@ func (r *runner) startProcs(ctx context.Context) {
 		logSweptCommitted, logSweptRolledBack, logCheckCommitted, logCheckRolledBack, logCheckUnknown)
 	base := childSpec{
 		DSN: r.dsn, NameServer: r.cfg.NameServer, Topics: r.topics,
-		TxGroup:         r.txGroup(),
-		RelayGroup:      "chaos_" + r.runID + "_relay",
-		ConsumerGroup:   "chaos_" + r.runID + "_cons",
-		SweeperGroup:    "chaos_" + r.runID + "_sweep",
-		SweeperPubGroup: "chaos_" + r.runID + "_sweeppub",
-		AttemptDir:      r.attemptDir,
-		StableName:      r.cfg.RelayNames == relayNamesStable,
-		Workers:         r.cfg.Workers, Keys: r.cfg.Keys, Rate: r.cfg.Rate, RollbackRatio: r.cfg.RollbackRatio,
+		TxGroup:       r.txGroup(),
+		RelayGroup:    "chaos_" + r.runID + "_relay",
+		ConsumerGroup: "chaos_" + r.runID + "_cons",
+		AttemptDir:    r.attemptDir,
+		StableName:    r.cfg.RelayNames == relayNamesStable,
+		Workers:       r.cfg.Workers, Keys: r.cfg.Keys, Rate: r.cfg.Rate, RollbackRatio: r.cfg.RollbackRatio,
 	}
 	with := func(role, mode string) childSpec {
 		s := base

@@ -12,18 +12,19 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// App is the running service: its tables, its event machinery (Mode), the
-// inventory consumer and the HTTP server.
+// App is the running service: its tables, its event machinery (the mode's
+// stack), the inventory consumer and the HTTP server.
 type App struct {
 	cfg       Config
 	log       *slog.Logger
 	db        *gorm.DB
 	inbox     *txmsg.Inbox
 	inventory *Inventory
-	mode      Mode
+	mode      *stack.Stack
 	consumer  *txrmq.Consumer
 	api       *API
 	metrics   *Metrics
@@ -34,7 +35,7 @@ type App struct {
 }
 
 // NewApp assembles the service; Start runs it.
-func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode Mode, consumer *txrmq.Consumer, api *API, metrics *Metrics) *App {
+func NewApp(cfg Config, log *slog.Logger, db *gorm.DB, inbox *txmsg.Inbox, inventory *Inventory, mode *stack.Stack, consumer *txrmq.Consumer, api *API, metrics *Metrics) *App {
 	return &App{cfg: cfg, log: log, db: db, inbox: inbox, inventory: inventory, mode: mode, consumer: consumer, api: api, metrics: metrics,
 		serveErr: make(chan error, 1)}
 }
@@ -57,7 +58,7 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	if err := a.mode.Start(ctx); err != nil {
-		return fmt.Errorf("start %s mode: %w", a.mode.Name(), err)
+		return fmt.Errorf("start %s mode: %w", a.mode.Mode(), err)
 	}
 	if err := a.consumer.Start(ctx); err != nil {
 		return fmt.Errorf("start inventory consumer: %w", err)
@@ -107,16 +108,16 @@ func (a *App) Handler() http.Handler {
 // healthTimeout bounds one /healthz or /metrics request's checks.
 const healthTimeout = 3 * time.Second
 
-// healthz answers 200 {"status":"ok",...} when the mode and the consumer
-// are healthy (see txrmq.Transactional.Health, outbox.Relay.Health and
-// txrmq.Consumer.Health), else 503 with each check's error.
+// healthz answers 200 {"status":"ok",...} when the mode's stack and the
+// consumer are healthy (see stack.Stack.Health and txrmq.Consumer.Health),
+// else 503 with each check's error.
 func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	checks := []struct {
 		name  string
 		check func(context.Context) error
-	}{{a.mode.Name(), a.mode.Health}, {"consumer", a.consumer.Health}}
+	}{{a.mode.Mode(), a.mode.Health}, {"consumer", a.consumer.Health}}
 	status, body := http.StatusOK, map[string]any{"status": "ok"}
 	results := map[string]string{}
 	for _, c := range checks {
@@ -137,7 +138,7 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 func (a *App) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	gauges, err := a.mode.Gauges(ctx)
+	gauges, err := outboxGauges(ctx, a.mode.Outbox())
 	if err != nil {
 		a.log.Warn("metrics: reading the mode's gauges failed", "err", err)
 	}
@@ -169,7 +170,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 	}
 	if err := a.mode.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("%s mode: %w", a.mode.Name(), err))
+		errs = append(errs, fmt.Errorf("%s mode: %w", a.mode.Mode(), err))
 	}
 	if err := a.consumer.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("inventory consumer: %w", err))

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -116,6 +117,27 @@ func (m *Metrics) OnConsumed(_ context.Context, group string, r *txmsg.Received,
 		o = "failed"
 	}
 	m.add("txmsg_consumer_messages_total", 1, "group", group, "topic", r.Message.Topic, "outcome", o)
+}
+
+// outboxGauges reads the outbox's depth now, as adapters/txprom's
+// OutboxCollector would; nothing in transactional mode (ob nil).
+func outboxGauges(ctx context.Context, ob *outbox.Outbox) ([]gauge, error) {
+	if ob == nil {
+		return nil, nil
+	}
+	s, err := ob.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := ob.Table()
+	const rowsHelp = "Outbox rows by status (pending, sent, dead)."
+	return []gauge{
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "pending"}, value: float64(s.Pending)},
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "sent"}, value: float64(s.Sent)},
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "dead"}, value: float64(s.Dead)},
+		{name: "txmsg_outbox_oldest_pending_age_seconds", help: "Age of the oldest pending outbox row in seconds; 0 when none is pending.",
+			labels: []string{"table", t}, value: s.OldestPending.Seconds()},
+	}, nil
 }
 
 // gauge is one gauge sample written next to the counters.

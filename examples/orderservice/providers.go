@@ -12,14 +12,14 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
-	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// commonSet is everything both modes share. It needs a txmsg.Transactor
-// and a Mode, which one of the mode sets below provides.
+// commonSet is everything both modes share. It needs the *stack.Stack,
+// the service's txmsg.Transactor, that one of the mode sets below
+// provides.
 var commonSet = wire.NewSet(
 	NewMetrics,
 	provideDB,
@@ -35,24 +35,15 @@ var commonSet = wire.NewSet(
 
 // transactionalSet is transactional mode: half messages, with the broker's
 // check-backs answered from the barrier table.
-var transactionalSet = wire.NewSet(
-	provideChecker,
-	provideTransactional,
-	wire.Bind(new(txmsg.Transactor), new(*txrmq.Transactional)),
-	provideSweeperPublisher,
-	provideSweeper,
-	newTransactionalMode,
-)
+var transactionalSet = wire.NewSet(provideTransactionalStack, bindTransactor)
 
 // outboxSet is local-table mode: an outbox table written in the order's
 // transaction, and a relay that publishes it.
-var outboxSet = wire.NewSet(
-	provideOutbox,
-	wire.Bind(new(txmsg.Transactor), new(*outbox.Outbox)),
-	providePublisher,
-	provideRelay,
-	newOutboxMode,
-)
+var outboxSet = wire.NewSet(provideOutboxStack, bindTransactor)
+
+// bindTransactor makes the stack the Transactor the order producer sends
+// through.
+var bindTransactor = wire.Bind(new(txmsg.Transactor), new(*stack.Stack))
 
 // Pool sizes: each running consumer handler and each order being placed
 // holds one connection.
@@ -102,59 +93,37 @@ func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txm
 	)
 }
 
-func provideChecker(db *gorm.DB, log *slog.Logger) (*checker.Checker, error) {
-	return checker.New(db, checker.Config{Logger: log})
+// stackConfig is what both modes' stacks share: the service's database,
+// its producer group and topic, its logger and its metrics hooks.
+func stackConfig(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) stack.Config {
+	return stack.Config{
+		DB:       db,
+		RocketMQ: cfg.rocketmq(cfg.ProducerGroup, log, nil),
+		Topics:   []string{cfg.Topic},
+		Logger:   log,
+		Hooks:    m.Hooks(),
+	}
 }
 
-func provideTransactional(cfg Config, log *slog.Logger, db *gorm.DB, chk *checker.Checker, m *Metrics) (*txrmq.Transactional, error) {
-	return txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: cfg.rocketmq(cfg.ProducerGroup, log, m.Hooks()),
-		Topics: []string{cfg.Topic},
-	}, db, chk)
-}
-
-// sweeperGroup names both the sweeper's consumer group and its
-// publisher's producer group.
-func sweeperGroup(cfg Config) string { return cfg.ProducerGroup + "-sweeper" }
-
-// provideSweeper consumes the half messages the broker discarded after
-// its last check-back.
-func provideSweeper(cfg Config, log *slog.Logger, chk *checker.Checker, pub *txrmq.Publisher) (*txrmq.Sweeper, error) {
-	return txrmq.NewSweeper(txrmq.SweeperConfig{
-		Config:         cfg.rocketmq(sweeperGroup(cfg), log, nil),
-		ProducerGroups: []string{cfg.ProducerGroup},
-	}, chk, pub)
-}
-
-func provideOutbox(db *gorm.DB, log *slog.Logger, m *Metrics) (*outbox.Outbox, error) {
-	return outbox.New(db, outbox.Config{Logger: log, Hooks: m.Hooks()})
-}
-
-// providePublisher starts the relay's plain producer, in the service's
-// producer group.
-func providePublisher(cfg Config, log *slog.Logger) (*txrmq.Publisher, func(), error) {
-	return newPublisher(cfg, log, cfg.ProducerGroup)
-}
-
-// provideSweeperPublisher starts the sweeper's plain producer. Its group
-// is not the transactional producer's: the broker sends check-backs to any
-// producer of that group, and a plain producer cannot answer them.
-func provideSweeperPublisher(cfg Config, log *slog.Logger) (*txrmq.Publisher, func(), error) {
-	return newPublisher(cfg, log, sweeperGroup(cfg))
-}
-
-// newPublisher builds a publisher; its mode starts it, after App.Start has
-// made sure the topic exists: a publisher started earlier caches "no
-// route" for the topic until the client's next route refresh, up to 30 s.
-// Its cleanup closes it if wiring fails later (Close is idempotent).
-func newPublisher(cfg Config, log *slog.Logger, group string) (*txrmq.Publisher, func(), error) {
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: cfg.rocketmq(group, log, nil), Topics: []string{cfg.Topic}})
+// provideTransactionalStack builds the checker, the transactional producer
+// and the sweeper (with its own publisher, in the group
+// <producer-group>-sweeper). App.Start starts it after making sure the
+// topic exists. The cleanup closes it if wiring fails later; Close is
+// idempotent.
+func provideTransactionalStack(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) (*stack.Stack, func(), error) {
+	st, err := stack.Transactional(stack.TransactionalConfig{Config: stackConfig(cfg, log, db, m)})
 	if err != nil {
 		return nil, nil, err
 	}
-	return pub, func() { _ = pub.Close(context.Background()) }, nil
+	return st, func() { _ = st.Close(context.Background()) }, nil
 }
 
-func provideRelay(db *gorm.DB, pub *txrmq.Publisher, ob *outbox.Outbox, log *slog.Logger, m *Metrics) (*outbox.Relay, error) {
-	return outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Logger: log, Hooks: m.Hooks()})
+// provideOutboxStack builds the outbox and a relay publishing it through a
+// publisher in the service's producer group.
+func provideOutboxStack(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) (*stack.Stack, func(), error) {
+	st, err := stack.Outbox(stack.OutboxConfig{Config: stackConfig(cfg, log, db, m)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, func() { _ = st.Close(context.Background()) }, nil
 }

@@ -24,28 +24,11 @@ func newTransactionalApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		return nil, nil, err
 	}
 	inventory := NewInventory(db)
-	checker, err := provideChecker(db, log)
+	stack, cleanup2, err := provideTransactionalStack(cfg, log, db, metrics)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	transactional, err := provideTransactional(cfg, log, db, checker, metrics)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	publisher, cleanup2, err := provideSweeperPublisher(cfg, log)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	sweeper, err := provideSweeper(cfg, log, checker, publisher)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	mode := newTransactionalMode(checker, transactional, sweeper, publisher)
 	topic := provideOrderTopic(cfg)
 	consumer, err := provideConsumer(cfg, log, inbox, topic, inventory)
 	if err != nil {
@@ -53,7 +36,7 @@ func newTransactionalApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	producer, err := provideOrderProducer(transactional, topic)
+	producer, err := provideOrderProducer(stack, topic)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -61,7 +44,7 @@ func newTransactionalApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 	}
 	orders := NewOrders(db, producer)
 	api := NewAPI(orders, inventory, log)
-	app := NewApp(cfg, log, db, inbox, inventory, mode, consumer, api, metrics)
+	app := NewApp(cfg, log, db, inbox, inventory, stack, consumer, api, metrics)
 	return app, func() {
 		cleanup2()
 		cleanup()
@@ -80,23 +63,11 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		return nil, nil, err
 	}
 	inventory := NewInventory(db)
-	outbox, err := provideOutbox(db, log, metrics)
+	stack, cleanup2, err := provideOutboxStack(cfg, log, db, metrics)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	publisher, cleanup2, err := providePublisher(cfg, log)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	relay, err := provideRelay(db, publisher, outbox, log, metrics)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	mode := newOutboxMode(outbox, relay, publisher, log)
 	topic := provideOrderTopic(cfg)
 	consumer, err := provideConsumer(cfg, log, inbox, topic, inventory)
 	if err != nil {
@@ -104,7 +75,7 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	producer, err := provideOrderProducer(outbox, topic)
+	producer, err := provideOrderProducer(stack, topic)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -112,7 +83,7 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 	}
 	orders := NewOrders(db, producer)
 	api := NewAPI(orders, inventory, log)
-	app := NewApp(cfg, log, db, inbox, inventory, mode, consumer, api, metrics)
+	app := NewApp(cfg, log, db, inbox, inventory, stack, consumer, api, metrics)
 	return app, func() {
 		cleanup2()
 		cleanup()

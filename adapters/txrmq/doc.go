@@ -1,0 +1,43 @@
+// Package txrmq is txmsg's Apache RocketMQ adapter, built on
+// rocketmq-client-go v2. Its name does not clash with the client's own
+// package, which programs import beside it.
+//
+// It holds:
+//
+//   - [Transactional], the transactional-mode [txmsg.Transactor]: it sends
+//     a half message, runs the local transaction with a barrier row
+//     ([checker.Checker.Begin]) and commits or rolls the message back; the
+//     broker's check-backs are answered from the barrier table alone;
+//   - [Sweeper], which publishes the committed transactions whose half
+//     messages the broker discarded after its last check-back, while the
+//     database could not answer;
+//   - [Publisher], a plain producer implementing [txmsg.Publisher], used by
+//     the outbox relay (package adapters/outbox) and by the sweeper;
+//   - [Consumer], a push consumer that runs [txmsg.Route]s through a
+//     [txmsg.Inbox], so each event's handler commits at most once per
+//     consumer group.
+//
+// Package stack (github.com/txmsg/txmsg/stack) builds, starts and closes
+// the producing components of either mode as one value; use this package
+// directly for the consumer, or for wiring of your own.
+//
+// Every component embeds [Config]: the name servers, the group, ACL
+// credentials and the namespace. Components are built with their New…
+// function, which validates the config and connects nothing, then started
+// with Start and stopped with Close, which is idempotent.
+// [Transactional.Health] and [Consumer.Health] report whether a started
+// component can do its work now, for readiness probes.
+//
+// # Groups
+//
+// The broker sends a transaction's check-backs to any live producer of the
+// group that sent it. So every producer of a transactional group must
+// answer from the same database, and no plain producer (a [Publisher],
+// the sweeper's included) may share that group: it would not answer.
+//
+// # Process-wide state
+//
+// rocketmq-client-go logs through one process-wide logger; the first
+// component built routes it to its Config.Logger (see package rmqlog).
+// Config.TLS is process-wide in the client as well.
+package txrmq

@@ -1,0 +1,111 @@
+// Command outbox saves an order and publishes its event in one atomic step
+// (local-table mode: an outbox table and a relay), then handles the event in
+// a consumer. It needs MySQL 8 or MariaDB 10.6+ and a RocketMQ topic.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/stack"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Order is both the business row and the event's body.
+type Order struct {
+	ID     string `gorm:"primaryKey;size:36" json:"id"`
+	Amount int    `json:"amount"`
+}
+
+func main() {
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) (err error) {
+	// parseTime=true is required: txmsg's tables hold timestamps.
+	db, err := gorm.Open(mysql.Open(env("QUICKSTART_DSN", "txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_quickstart?parseTime=true")))
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	topic := txmsg.Topic[Order]{Name: env("QUICKSTART_TOPIC", "quickstart-outbox")}
+	rmq := txrmq.Config{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}, Group: topic.Name + "-producer"}
+
+	// Local-table mode: the outbox table, and a relay that publishes it.
+	st, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic.Name}}})
+	if err != nil {
+		return err
+	}
+	// A consumer whose handler commits once per event, with the event's inbox row.
+	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
+	if err != nil {
+		return err
+	}
+	order := Order{ID: txmsg.NewID(), Amount: 42}
+	handled := make(chan struct{}, 1)
+	consumerCfg := txrmq.ConsumerConfig{Config: txrmq.Config{NameServers: rmq.NameServers, Group: topic.Name + "-consumer"}}
+	consumer, err := txrmq.NewConsumer(consumerCfg, inbox, txmsg.Handle(topic,
+		func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Order]) error {
+			fmt.Printf("handling order %s (amount %d), delivery %d\n", d.Event.ID, d.Event.Amount, d.Attempt)
+			if d.Event.ID == order.ID {
+				select {
+				case handled <- struct{}{}:
+				default:
+				}
+			}
+			return nil // writes through tx commit together with the inbox row
+		}))
+	if err != nil {
+		return err
+	}
+
+	migrateOrders := func(ctx context.Context) error { return db.WithContext(ctx).AutoMigrate(&Order{}) }
+	for _, migrate := range []func(context.Context) error{migrateOrders, st.Migrate, inbox.Migrate} {
+		if err := migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if err := st.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.Close(context.Background())) }()
+	if err := consumer.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, consumer.Close(context.Background())) }()
+
+	// The order row and the event's outbox row commit together, or neither does.
+	orders, err := txmsg.NewProducer(st, topic)
+	if err != nil {
+		return err
+	}
+	receipt, err := orders.Send(ctx, order, func(ctx context.Context, tx *gorm.DB) error {
+		return tx.Create(&order).Error
+	})
+	if err != nil {
+		return fmt.Errorf("save order: %w", err)
+	}
+	fmt.Printf("saved order %s, event %s %s\n", order.ID, receipt.ID, receipt.State)
+	select {
+	case <-handled:
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("order %s not handled within a minute", order.ID)
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

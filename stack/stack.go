@@ -1,0 +1,383 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// ErrNoProducer means Transact was called on a stack that does not run
+// [PartProducer].
+var ErrNoProducer = errors.New("stack: this stack does not run PartProducer")
+
+// Stack is one delivery mode's components, run as one. It is a
+// [txmsg.Transactor]. Build it with [Transactional] or [Outbox]. It is safe
+// for concurrent use.
+type Stack struct {
+	mode  string
+	parts Part
+	db    *gorm.DB
+	log   *slog.Logger
+
+	tr      txmsg.Transactor // nil without PartProducer
+	chk     *checker.Checker
+	txp     *txrmq.Transactional
+	sweeper *txrmq.Sweeper
+	pub     *txrmq.Publisher
+	ob      *outbox.Outbox
+	relays  []*outbox.Relay
+
+	// sweeperGroup is the sweeper's group, "" without one.
+	sweeperGroup string
+
+	// components in start order.
+	components []component
+
+	state atomic.Int32 // stateNew, stateStarted, stateClosed
+	mu    sync.Mutex   // serialises Start and Close
+
+	stopRelays context.CancelFunc
+	relaysDone chan struct{}
+}
+
+const (
+	stateNew int32 = iota
+	stateStarted
+	stateClosed
+)
+
+// component is one part's start and close.
+type component struct {
+	name  string
+	start func(context.Context) error
+	close func(context.Context) error
+}
+
+var _ txmsg.Transactor = (*Stack)(nil)
+
+// Transactional builds a transactional-mode stack: a [checker.Checker] on
+// cfg.DB, a [txrmq.Transactional] producer in group cfg.RocketMQ.Group
+// (with [PartProducer]), and a [txrmq.Sweeper] with its [txrmq.Publisher],
+// both in their own group (with [PartBackground]). It validates cfg and
+// connects nothing; call [Stack.Start].
+func Transactional(cfg TransactionalConfig) (*Stack, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	sweeperGroup := ""
+	if cfg.Parts&PartBackground != 0 {
+		g, err := cfg.sweeperGroup()
+		if err != nil {
+			return nil, err
+		}
+		sweeperGroup = g
+	}
+	if cfg.Checker.Logger == nil {
+		cfg.Checker.Logger = cfg.Logger
+	}
+	chk, err := checker.New(cfg.DB, cfg.Checker)
+	if err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
+	s := &Stack{mode: ModeTransactional, parts: cfg.Parts, db: cfg.DB, log: cfg.Logger, chk: chk, sweeperGroup: sweeperGroup}
+	if cfg.Parts&PartProducer != 0 {
+		txp, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+			Config: cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks),
+			Topics: cfg.Topics,
+		}, cfg.DB, chk)
+		if err != nil {
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		s.txp, s.tr = txp, txp
+		s.components = append(s.components, component{"transactional producer", txp.Start, txp.Close})
+	}
+	if cfg.Parts&PartBackground != 0 {
+		rc := cfg.rocketMQ(sweeperGroup, nil)
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: rc, Topics: cfg.Topics})
+		if err != nil {
+			s.discard()
+			return nil, fmt.Errorf("stack: sweeper: %w", err)
+		}
+		s.pub = pub
+		s.components = append(s.components, component{"sweeper's publisher", pub.Start, pub.Close})
+		sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{
+			Config:          rc,
+			ProducerGroups:  []string{cfg.RocketMQ.Group},
+			HoldFor:         cfg.Sweeper.HoldFor,
+			RetryDelayLevel: cfg.Sweeper.RetryDelayLevel,
+		}, chk, pub)
+		if err != nil {
+			s.discard()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		s.sweeper = sw
+		s.components = append(s.components, component{"sweeper", sw.Start, sw.Close})
+	}
+	return s, nil
+}
+
+// Outbox builds a local-table stack: an [outbox.Outbox] on cfg.DB (the
+// Transactor, with [PartProducer]) and cfg.Relays [outbox.Relay]s
+// publishing through a [txrmq.Publisher] in group cfg.RocketMQ.Group (with
+// [PartBackground]). It validates cfg and connects nothing; call
+// [Stack.Start].
+func Outbox(cfg OutboxConfig) (*Stack, error) {
+	if err := cfg.Config.check(); err != nil {
+		return nil, err
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	ob, err := outbox.New(cfg.DB, cfg.Outbox)
+	if err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
+	s := &Stack{mode: ModeOutbox, parts: cfg.Parts, db: cfg.DB, log: cfg.Logger, ob: ob}
+	if cfg.Parts&PartProducer != 0 {
+		s.tr = ob
+	}
+	if cfg.Parts&PartBackground == 0 {
+		return s, nil
+	}
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+		Config:   cfg.rocketMQ(cfg.RocketMQ.Group, nil),
+		Topics:   cfg.Topics,
+		MaxBatch: cfg.MaxBatch,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stack: relay: %w", err)
+	}
+	s.pub = pub
+	for i := range cfg.Relays {
+		rcfg := cfg.Relay
+		rcfg.Outbox = ob
+		if cfg.Relays > 1 && rcfg.Name != "" {
+			rcfg.Name = fmt.Sprintf("%s-%d", rcfg.Name, i+1)
+		}
+		r, err := outbox.NewRelay(cfg.DB, pub, rcfg)
+		if err != nil {
+			s.discard()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		s.relays = append(s.relays, r)
+	}
+	s.components = append(s.components,
+		component{"relays' publisher", pub.Start, pub.Close},
+		component{"relays", s.startRelays, s.closeRelays})
+	return s, nil
+}
+
+// discard releases the clients of a stack whose construction failed.
+func (s *Stack) discard() {
+	for i := len(s.components) - 1; i >= 0; i-- {
+		_ = s.components[i].close(context.Background())
+	}
+}
+
+// Mode returns [ModeTransactional] or [ModeOutbox].
+func (s *Stack) Mode() string { return s.mode }
+
+// Parts returns the parts this stack runs.
+func (s *Stack) Parts() Part { return s.parts }
+
+// Migrate creates or updates the mode's tables: the barrier table, or the
+// outbox table and its lease table. It needs no broker and may run before
+// Start. The SQL files next to the packages (checker/barrier.sql,
+// adapters/outbox/outbox.sql) hold the same tables for migration tools.
+func (s *Stack) Migrate(ctx context.Context) error {
+	if s.chk != nil {
+		return s.chk.Migrate(ctx)
+	}
+	return s.ob.Migrate(ctx)
+}
+
+// Start starts the parts in order: the transactional producer, then the
+// sweeper's publisher and the sweeper; or the relays' publisher, then the
+// relays. The relays run until Close, not until ctx ends. Start is
+// idempotent. When a part fails to start, Start closes the parts it had
+// started and returns the error; the stack cannot be started again.
+func (s *Stack) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state.Load() {
+	case stateStarted:
+		return nil
+	case stateClosed:
+		return txmsg.ErrClosed
+	}
+	for i, c := range s.components {
+		if err := c.start(ctx); err != nil {
+			s.state.Store(stateClosed)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			errs := []error{fmt.Errorf("stack: start %s: %w", c.name, err)}
+			for j := i; j >= 0; j-- { // the failed one too: its client may hold resources
+				if err := s.components[j].close(cctx); err != nil {
+					errs = append(errs, fmt.Errorf("stack: close %s: %w", s.components[j].name, err))
+				}
+			}
+			return errors.Join(errs...)
+		}
+	}
+	s.state.Store(stateStarted)
+	return nil
+}
+
+// Close stops the parts in the reverse order of Start: relays or sweeper
+// first (a batch being published is finished and marked), then their
+// publisher, then the transactional producer, whose sends under way finish
+// first. What ctx cuts short is left for the next start: pending rows stay
+// pending, and the broker asks the group's other producers about open
+// transactions. Close is idempotent; after it Transact returns
+// [txmsg.ErrClosed].
+func (s *Stack) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.Swap(stateClosed) == stateClosed {
+		return nil
+	}
+	var errs []error
+	for i := len(s.components) - 1; i >= 0; i-- {
+		c := s.components[i]
+		if err := c.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stack: close %s: %w", c.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Transact implements [txmsg.Transactor] through the mode's producer: see
+// [txrmq.Transactional.Transact] and [outbox.Outbox.Transact]. It fails
+// before Start and after Close, and with [ErrNoProducer] when the stack
+// does not run [PartProducer].
+func (s *Stack) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.LocalTx) (*txmsg.Receipt, error) {
+	if s.tr == nil {
+		return nil, ErrNoProducer
+	}
+	switch s.state.Load() {
+	case stateNew:
+		return nil, fmt.Errorf("stack: %s stack not started; call Start first", s.mode)
+	case stateClosed:
+		return nil, txmsg.ErrClosed
+	}
+	return s.tr.Transact(ctx, msg, local)
+}
+
+// Health reports whether the stack can get events to the broker now. It
+// returns nil when healthy; otherwise the errors of the failing parts:
+// the transactional producer's database and topic routes
+// ([txrmq.Transactional.Health]), each relay's database and lag
+// ([outbox.Relay.Health]), and the database of the parts that have no
+// check of their own (the outbox writer, a sweeper without a producer).
+// Meant for readiness probes; bounded by ctx.
+func (s *Stack) Health(ctx context.Context) error {
+	switch s.state.Load() {
+	case stateNew:
+		return fmt.Errorf("stack: %s stack not started", s.mode)
+	case stateClosed:
+		return fmt.Errorf("stack: %s stack: %w", s.mode, txmsg.ErrClosed)
+	}
+	var errs []error
+	if s.txp != nil {
+		errs = append(errs, s.txp.Health(ctx))
+	} else if s.sweeper != nil || (s.ob != nil && s.tr != nil) {
+		if err := ping(ctx, s.db); err != nil {
+			errs = append(errs, fmt.Errorf("stack: %s: database: %w", s.mode, err))
+		}
+	}
+	for _, r := range s.relays {
+		if err := r.Health(ctx); err != nil {
+			errs = append(errs, err)
+			break // the others share the table and the database
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ping(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// startRelays runs every relay until closeRelays, and returns once they
+// all run.
+func (s *Stack) startRelays(ctx context.Context) error {
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	s.stopRelays, s.relaysDone = stop, done
+	var wg sync.WaitGroup
+	for _, r := range s.relays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(runCtx); err != nil {
+				s.log.Error("outbox relay stopped", "relay", r.Name(), "err", err)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	for _, r := range s.relays {
+		for !r.Running() {
+			select {
+			case <-done:
+				return errors.New("outbox relays stopped at once")
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// closeRelays stops the relays and waits for them, or for ctx.
+func (s *Stack) closeRelays(ctx context.Context) error {
+	if s.stopRelays == nil {
+		return nil
+	}
+	s.stopRelays()
+	select {
+	case <-s.relaysDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("outbox relays still running: %w", ctx.Err())
+	}
+}
+
+// Checker returns the barrier table's checker, or nil in local-table mode.
+func (s *Stack) Checker() *checker.Checker { return s.chk }
+
+// Transactional returns the transactional producer, or nil (local-table
+// mode, or no [PartProducer]).
+func (s *Stack) Transactional() *txrmq.Transactional { return s.txp }
+
+// Sweeper returns the sweeper, or nil (local-table mode, or no
+// [PartBackground]).
+func (s *Stack) Sweeper() *txrmq.Sweeper { return s.sweeper }
+
+// Publisher returns the sweeper's or the relays' publisher, or nil without
+// [PartBackground]. Its Start is idempotent: a caller may start it, and
+// send through it, before [Stack.Start].
+func (s *Stack) Publisher() *txrmq.Publisher { return s.pub }
+
+// Outbox returns the outbox, or nil in transactional mode. Its Stats,
+// Dead and Requeue serve metrics and operations.
+func (s *Stack) Outbox() *outbox.Outbox { return s.ob }
+
+// Relays returns the relays, or nil (transactional mode, or no
+// [PartBackground]).
+func (s *Stack) Relays() []*outbox.Relay { return s.relays }

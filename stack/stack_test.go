@@ -1,0 +1,288 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	gmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// offlineDB is a gorm handle that never connects: enough to build a stack.
+func offlineDB(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, err := gorm.Open(gmysql.New(gmysql.Config{
+		DSN:                       "txmsg:txmsg@tcp(127.0.0.1:1)/none?parseTime=true",
+		SkipInitializeWithVersion: true,
+	}), &gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
+	require.NoError(t, err)
+	return db
+}
+
+type noopHook struct{}
+
+func (noopHook) BeforeSend(context.Context, *txmsg.Message) {}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	db := offlineDB(t)
+	rmq := txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}
+	base := Config{DB: db, RocketMQ: rmq}
+	withRMQ := func(f func(*txrmq.Config)) Config {
+		c := base
+		f(&c.RocketMQ)
+		return c
+	}
+	txCases := map[string]struct {
+		cfg  TransactionalConfig
+		want string
+	}{
+		"no db":                {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "DB is nil"},
+		"bad parts":            {TransactionalConfig{Config: Config{DB: db, RocketMQ: rmq, Parts: 4}}, "Parts 4"},
+		"bad topic":            {TransactionalConfig{Config: Config{DB: db, RocketMQ: rmq, Topics: []string{"a b"}}}, `topic "a b"`},
+		"hooks in RocketMQ":    {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.Hooks = txmsg.Hooks{noopHook{}} })}, "set Hooks on stack.Config"},
+		"no name servers":      {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.NameServers = nil })}, "NameServers is empty"},
+		"no group":             {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.Group = "" })}, "Group"},
+		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: SweeperConfig{Group: "orders"}}, "is the producer group"},
+		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
+	}
+	for name, c := range txCases {
+		t.Run("transactional/"+name, func(t *testing.T) {
+			_, err := Transactional(c.cfg)
+			require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+	obCases := map[string]struct {
+		cfg  OutboxConfig
+		want string
+	}{
+		"no db":            {OutboxConfig{Config: Config{RocketMQ: rmq}}, "DB is nil"},
+		"relay outbox set": {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Outbox: &outbox.Outbox{}}}, "Relay.Outbox must be nil"},
+		"hooks in relay":   {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "set Hooks on stack.Config"},
+		"negative relays":  {OutboxConfig{Config: base, Relays: -1}, "Relays must not be negative"},
+		"bad table":        {OutboxConfig{Config: base, Outbox: outbox.Config{Table: "x;y"}}, "plain SQL identifier"},
+		"no name servers":  {OutboxConfig{Config: withRMQ(func(c *txrmq.Config) { c.NameServers = nil })}, "NameServers is empty"},
+		"table mismatch":   {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Table: "other"}}, "differs from the Outbox's"},
+	}
+	for name, c := range obCases {
+		t.Run("outbox/"+name, func(t *testing.T) {
+			_, err := Outbox(c.cfg)
+			require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
+// A transactional stack's sweeper gets a group of its own, derived from the
+// producer group, unless one is given.
+func TestSweeperGroup(t *testing.T) {
+	t.Parallel()
+	db := offlineDB(t)
+	cfg := TransactionalConfig{Config: Config{DB: db, RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}}
+	s, err := Transactional(cfg)
+	require.NoError(t, err)
+	require.Equal(t, "orders"+SweeperSuffix, s.sweeperGroup)
+	require.NotNil(t, s.Sweeper())
+	require.NotNil(t, s.Publisher())
+	require.NoError(t, s.Close(context.Background()))
+
+	cfg.Sweeper.Group = "orders-janitor"
+	s, err = Transactional(cfg)
+	require.NoError(t, err)
+	require.Equal(t, "orders-janitor", s.sweeperGroup)
+	require.NoError(t, s.Close(context.Background()))
+
+	cfg.Parts = PartProducer
+	s, err = Transactional(cfg)
+	require.NoError(t, err)
+	require.Nil(t, s.Sweeper())
+	require.Nil(t, s.Publisher())
+	require.NotNil(t, s.Transactional())
+	require.NoError(t, s.Close(context.Background()))
+}
+
+// A local-table stack that runs only the producer needs no broker.
+func TestOutboxProducerNeedsNoBroker(t *testing.T) {
+	t.Parallel()
+	s, err := Outbox(OutboxConfig{Config: Config{DB: offlineDB(t), Parts: PartProducer}})
+	require.NoError(t, err)
+	require.NotNil(t, s.Outbox())
+	require.Nil(t, s.Publisher())
+	require.Nil(t, s.Relays())
+	_, err = s.Transact(context.Background(), &txmsg.Message{Topic: "t"}, func(context.Context, *gorm.DB) error { return nil })
+	require.ErrorContains(t, err, "not started")
+}
+
+// order is the business row of the tests.
+type order struct {
+	ID    int64  `gorm:"primaryKey;autoIncrement"`
+	MsgID string `gorm:"size:64;uniqueIndex"`
+}
+
+func insertOrder(id *string) txmsg.LocalTx {
+	return func(ctx context.Context, tx *gorm.DB) error {
+		return tx.Create(&order{MsgID: *id}).Error
+	}
+}
+
+func countOrders(t *testing.T, db *gorm.DB) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Model(&order{}).Count(&n).Error)
+	return n
+}
+
+// The transactional stack, started, sends an event with its barrier row and
+// the order; a rolled-back one leaves nothing; closed, it refuses sends.
+func TestTransactionalStack(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	obs := testbed.Observe(t, topic, nil)
+	require.NoError(t, db.AutoMigrate(&order{}))
+	s, err := Transactional(TransactionalConfig{Config: Config{
+		DB:       db,
+		RocketMQ: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg")},
+		Topics:   []string{topic},
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := t.Context()
+	require.Equal(t, ModeTransactional, s.Mode())
+	require.Equal(t, PartAll, s.Parts())
+	require.NoError(t, s.Migrate(ctx))
+	require.ErrorContains(t, s.Health(ctx), "not started")
+
+	require.NoError(t, s.Start(ctx))
+	require.NoError(t, s.Start(ctx), "Start is idempotent")
+	require.NoError(t, s.Health(ctx))
+
+	id := txmsg.NewID()
+	receipt, err := s.Transact(ctx, &txmsg.Message{ID: id, Topic: topic, Body: []byte(`{"n":1}`)}, insertOrder(&id))
+	require.NoError(t, err)
+	require.Equal(t, txmsg.StateCommitted, receipt.State)
+	state, err := s.Checker().Lookup(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "committed", state)
+	obs.DeliveredOnce(t, id)
+
+	failed := txmsg.NewID()
+	boom := errors.New("out of stock")
+	_, err = s.Transact(ctx, &txmsg.Message{ID: failed, Topic: topic, Body: []byte(`{"n":2}`)}, func(ctx context.Context, tx *gorm.DB) error {
+		if err := insertOrder(&failed)(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.EqualValues(t, 1, countOrders(t, db))
+
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, s.Close(ctx), "Close is idempotent")
+	_, err = s.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
+	require.ErrorIs(t, err, txmsg.ErrClosed)
+	require.ErrorIs(t, s.Health(ctx), txmsg.ErrClosed)
+	require.ErrorIs(t, s.Start(ctx), txmsg.ErrClosed)
+	obs.NeverDelivered(t, failed, 2*time.Second)
+}
+
+// The local-table stack writes the row with the order and its relays
+// publish it; split into a producer-only and a background-only stack, as
+// two processes would run it, it does the same.
+func TestOutboxStack(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	obs := testbed.Observe(t, topic, nil)
+	require.NoError(t, db.AutoMigrate(&order{}))
+	rmq := txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg")}
+	ctx := t.Context()
+
+	t.Run("whole", func(t *testing.T) {
+		s, err := Outbox(OutboxConfig{
+			Config: Config{DB: db, RocketMQ: rmq, Topics: []string{topic}},
+			Relays: 2,
+			Relay:  outbox.RelayConfig{Name: "r"},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		require.Equal(t, ModeOutbox, s.Mode())
+		require.Nil(t, s.Checker())
+		require.Len(t, s.Relays(), 2)
+		require.Equal(t, "r-1", s.Relays()[0].Name())
+		require.Equal(t, "r-2", s.Relays()[1].Name())
+		require.NoError(t, s.Migrate(ctx))
+		require.NoError(t, s.Start(ctx))
+		require.NoError(t, s.Health(ctx))
+		for _, r := range s.Relays() {
+			require.True(t, r.Running())
+		}
+
+		id := txmsg.NewID()
+		receipt, err := s.Transact(ctx, &txmsg.Message{ID: id, Topic: topic, Body: []byte(`{"n":1}`)}, insertOrder(&id))
+		require.NoError(t, err)
+		require.Equal(t, txmsg.StateCommitted, receipt.State)
+		obs.DeliveredOnce(t, id)
+
+		require.NoError(t, s.Close(ctx))
+		for _, r := range s.Relays() {
+			require.False(t, r.Running(), "Close returned with relay %s running", r.Name())
+		}
+		_, err = s.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
+		require.ErrorIs(t, err, txmsg.ErrClosed)
+	})
+
+	t.Run("split", func(t *testing.T) {
+		producer, err := Outbox(OutboxConfig{Config: Config{DB: db, Parts: PartProducer}})
+		require.NoError(t, err)
+		require.NoError(t, producer.Start(ctx))
+		t.Cleanup(func() { _ = producer.Close(context.Background()) })
+		id := txmsg.NewID()
+		_, err = producer.Transact(ctx, &txmsg.Message{ID: id, Topic: topic, Body: []byte(`{"n":1}`)}, insertOrder(&id))
+		require.NoError(t, err)
+		require.NoError(t, producer.Health(ctx))
+
+		background, err := Outbox(OutboxConfig{Config: Config{DB: db, RocketMQ: rmq, Topics: []string{topic}, Parts: PartBackground}})
+		require.NoError(t, err)
+		_, err = background.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
+		require.ErrorIs(t, err, ErrNoProducer)
+		require.NoError(t, background.Start(ctx))
+		t.Cleanup(func() { _ = background.Close(context.Background()) })
+		obs.DeliveredOnce(t, id)
+		require.Eventually(t, func() bool {
+			st, err := background.Outbox().Stats(ctx)
+			return err == nil && st.Pending == 0 && st.Sent == 2
+		}, time.Minute, 50*time.Millisecond)
+		require.NoError(t, background.Health(ctx))
+	})
+}
+
+// A Start that fails closes what it started and leaves the stack closed.
+func TestStartFailureClosesTheStack(t *testing.T) {
+	t.Parallel()
+	s, err := Transactional(TransactionalConfig{Config: Config{DB: offlineDB(t),
+		RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = s.Start(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "start transactional producer")
+	_, err = s.Transact(context.Background(), &txmsg.Message{Topic: "t", Body: []byte(`{}`)}, func(context.Context, *gorm.DB) error { return nil })
+	require.ErrorIs(t, err, txmsg.ErrClosed)
+	require.ErrorIs(t, s.Start(context.Background()), txmsg.ErrClosed)
+	require.ErrorIs(t, s.Transactional().Start(context.Background()), txmsg.ErrClosed, "the producer was closed")
+	require.NoError(t, s.Close(context.Background()))
+}
