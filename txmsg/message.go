@@ -113,6 +113,11 @@ func (m *Message) Validate(maxBody int) error {
 	if err := ValidateTopic(m.Topic); err != nil {
 		return err
 	}
+	if len(m.Body) == 0 {
+		// The broker refuses a message without a body; refusing it here
+		// keeps it out of the outbox and the half-message path.
+		return fmt.Errorf("%w: body is empty; RocketMQ does not accept empty messages", ErrInvalidMessage)
+	}
 	if len(m.Body) > maxBody {
 		return fmt.Errorf("%w: %w: %d bytes, the limit is %d", ErrInvalidMessage, ErrBodyTooLarge, len(m.Body), maxBody)
 	}

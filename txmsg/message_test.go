@@ -26,6 +26,7 @@ func TestMessageValidate(t *testing.T) {
 		{"system topic", func(m *Message) { m.Topic = "RMQ_SYS_TRANS_HALF_TOPIC" }, 0, []error{ErrInvalidTopic}},
 		{"default topic", func(m *Message) { m.Topic = "TBW102" }, 0, []error{ErrInvalidTopic}},
 		{"retry topic", func(m *Message) { m.Topic = "%RETRY%group" }, 0, []error{ErrInvalidTopic}},
+		{"empty body", func(m *Message) { m.Body = nil }, 0, []error{ErrInvalidMessage}},
 		{"body at limit", func(m *Message) { m.Body = make([]byte, 10) }, 10, nil},
 		{"body over limit", func(m *Message) { m.Body = make([]byte, 11) }, 10, []error{ErrBodyTooLarge}},
 		{"body over default", func(m *Message) { m.Body = make([]byte, DefaultMaxBodySize+1) }, 0, []error{ErrBodyTooLarge}},
