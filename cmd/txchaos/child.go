@@ -47,9 +47,12 @@ type childSpec struct {
 	NameServer string            `json:"namesrv"`
 	Topics     map[string]string `json:"topics"` // mode → topic
 
-	TxGroup         string `json:"tx_group"`
-	RelayGroup      string `json:"relay_group"`
-	ConsumerGroup   string `json:"consumer_group"`
+	TxGroup       string `json:"tx_group"`
+	RelayGroup    string `json:"relay_group"`
+	ConsumerGroup string `json:"consumer_group"`
+	// OrderedGroup is the group of the ordered consumer of the outbox
+	// topic; ConsumerGroup's concurrent consumer reads the tx topic.
+	OrderedGroup    string `json:"ordered_group"`
 	SweeperGroup    string `json:"sweeper_group"`
 	SweeperPubGroup string `json:"sweeper_pub_group"`
 

@@ -202,6 +202,7 @@ func (r *runner) startProcs(ctx context.Context) {
 		TxGroup:         r.txGroup(),
 		RelayGroup:      "chaos_" + r.runID + "_relay",
 		ConsumerGroup:   "chaos_" + r.runID + "_cons",
+		OrderedGroup:    "chaos_" + r.runID + "_ocons",
 		SweeperGroup:    "chaos_" + r.runID + "_sweep",
 		SweeperPubGroup: "chaos_" + r.runID + "_sweeppub",
 		AttemptDir:      r.attemptDir,
