@@ -515,3 +515,35 @@ func TestOrderedConsumerCrashAndRebalance(t *testing.T) {
 	t.Logf("%d handler calls failed and were retried in place (the killed process reported until %d)", failed, a.failures())
 	require.Positive(t, b.failures()+a2.failures(), "handlers failed along the way")
 }
+
+// Closing a consumer whose queue is retrying a message leaves that message
+// unacknowledged: the group's next consumer handles it, and the rest of its
+// key, in order.
+func TestOrderedConsumerCloseHandsOver(t *testing.T) {
+	t.Parallel()
+	b := newConsumerBed(t)
+	require.NoError(t, b.db.AutoMigrate(&orderedEffect{}))
+	cfg := b.orderedConfig()
+	cfg.MaxReconsumeTimes = 1000
+	var failed atomic.Int32
+	first, err := txrmq.NewOrderedConsumer(cfg, b.inbox, txmsg.Handle(b.topicOf(), orderedHandler(func(d txmsg.Delivery[consumerEvent]) error {
+		if d.Event.N == 3 {
+			failed.Add(1)
+			return errors.New("event 3 fails on the first consumer")
+		}
+		return nil
+	})))
+	require.NoError(t, err)
+	require.ErrorContains(t, first.Health(context.Background()), "not started")
+	require.NoError(t, first.Start(context.Background()))
+	require.NoError(t, first.Health(context.Background()))
+	b.publish(b.keyed("k", 1, 6)...)
+	require.Eventually(t, func() bool { return failed.Load() >= 2 }, consumerWait, consumerTick)
+	require.NoError(t, first.Close(context.Background()))
+	require.ErrorIs(t, first.Health(context.Background()), txmsg.ErrClosed)
+	require.Equal(t, map[string][]int{"k": {1, 2}}, handledOrder(t, b.db))
+
+	b.startOrdered(cfg, b.inbox, txmsg.Handle(b.topicOf(), orderedHandler(nil)))
+	require.Eventually(t, func() bool { return len(handledOrder(t, b.db)["k"]) >= 6 }, consumerWait, consumerTick)
+	require.Equal(t, map[string][]int{"k": seqs(1, 6)}, handledOrder(t, b.db))
+}
