@@ -31,11 +31,13 @@ const (
 	// 5 s (broker delay level 2) instead of 10 s, 30 s, 1 min, ...; 16
 	// retries then span 80 s, longer than any single outage here.
 	consumerRetryLevel = 2
-	// orderedMinBackoff and orderedMaxBackoff: an ordered queue whose
-	// handler fails (the database is away) retries in place after 0.5 s,
-	// doubling up to 5 s; 16 retries span over a minute.
+	// orderedMinBackoff, orderedMaxBackoff and orderedMaxRetries: an
+	// ordered queue whose handler fails (the database is away) retries in
+	// place after 0.5 s, doubling up to 5 s; 32 retries span about 2.5
+	// min, longer than any outage here, so nothing is parked.
 	orderedMinBackoff = 500 * time.Millisecond
 	orderedMaxBackoff = 5 * time.Second
+	orderedMaxRetries = 32
 )
 
 // Relay naming schemes (config.RelayNames).
@@ -149,9 +151,10 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 		return err
 	}
 	oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{
-		Config:     txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.OrderedGroup, Logger: log},
-		MinBackoff: orderedMinBackoff,
-		MaxBackoff: orderedMaxBackoff,
+		Config:            txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.OrderedGroup, Logger: log},
+		MinBackoff:        orderedMinBackoff,
+		MaxBackoff:        orderedMaxBackoff,
+		MaxReconsumeTimes: orderedMaxRetries,
 	}, inbox, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeOutbox]}, handler(modeOutbox)))
 	if err != nil {
 		return err
