@@ -14,7 +14,8 @@ import (
 // they give up on a message, so that it is kept, visible and replayable
 // like an undecodable one, and the queue behind it can go on.
 //
-// A second ParkFailed of the same (group, message ID) is a no-op. An error
+// A second ParkFailed of the same (group, message ID) stores nothing more
+// (the hooks see it again). An error
 // means nothing was parked and the message must not be skipped.
 func (in *Inbox) ParkFailed(ctx context.Context, group string, r *Received, cause error) error {
 	if r == nil || r.Message == nil {

@@ -69,8 +69,8 @@ type OrderedConsumerConfig struct {
 	// what the inbox did when err is nil (OutcomeParked also for a message
 	// given up after MaxReconsumeTimes); a non-nil err means the same
 	// message is retried after a backoff. Attempts interrupted because the
-	// consumer is closing or lost the queue are not reported. It runs on
-	// the queue's goroutine; keep it fast. Meant for metrics and tests.
+	// consumer is closing are not reported. It runs on the queue's
+	// goroutine; keep it fast. Meant for metrics and tests.
 	OnProcessed func(r *txmsg.Received, outcome txmsg.Outcome, err error)
 }
 
