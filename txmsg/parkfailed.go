@@ -15,8 +15,8 @@ import (
 // like an undecodable one, and the queue behind it can go on.
 //
 // A second ParkFailed of the same (group, message ID) stores nothing more
-// (the hooks see it again). An error
-// means nothing was parked and the message must not be skipped.
+// (the hooks see it again). An error means nothing was parked and the
+// message must not be skipped.
 func (in *Inbox) ParkFailed(ctx context.Context, group string, r *Received, cause error) error {
 	if r == nil || r.Message == nil {
 		return fmt.Errorf("%w: received message is nil", ErrInvalidMessage)
