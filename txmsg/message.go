@@ -76,7 +76,8 @@ type Message struct {
 	// is always added as a key as well.
 	Keys []string
 	// ShardingKey, when set, routes every message with the same key to the
-	// same queue, in order.
+	// same queue. Which order they keep there depends on the mode (see
+	// WithShardingKey).
 	ShardingKey string
 	// Body is the payload. It may be empty but must not exceed the
 	// configured maximum size.

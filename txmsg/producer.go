@@ -87,8 +87,18 @@ func WithKeys(keys ...string) SendOption {
 // WithTag sets the message tag, overriding [Topic.Tag].
 func WithTag(tag string) SendOption { return func(m *Message) { m.Tag = tag } }
 
-// WithShardingKey routes the message to the queue chosen by key, so events
-// with the same key are consumed in order.
+// WithShardingKey routes the message to the queue chosen by key: every
+// event with the same key goes to the same queue.
+//
+// Order per key depends on the mode and the consumer (see
+// docs/design-ordering.md). In local-table mode with RelayConfig.Ordered,
+// the broker stores a key's events in commit order, and
+// txrmq.OrderedConsumer handles them in that order; the concurrent
+// txrmq.Consumer does not keep it. In transactional mode the broker stores
+// a key's events in the order their END_TRANSACTION (or check-back)
+// commits them, which is not commit order when transactions of a key
+// overlap, when a producer dies or its one-way END_TRANSACTION is lost,
+// and, rarely, even when one producer sends them one after another.
 func WithShardingKey(key string) SendOption { return func(m *Message) { m.ShardingKey = key } }
 
 // WithProperty sets a user property.

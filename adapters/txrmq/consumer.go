@@ -100,6 +100,9 @@ func (c *ConsumerConfig) validate() error {
 // stored message's offset ID. Two sends of the same business event by a
 // foreign producer are therefore two messages to the inbox.
 //
+// Handlers run concurrently and a failed message comes back after later
+// ones, so Consumer keeps no per-key order; [OrderedConsumer] does.
+//
 // Topics must exist before Start.
 type Consumer struct {
 	cfg    ConsumerConfig

@@ -46,6 +46,8 @@ func (b *bench) phase(ctx context.Context, p string) error {
 		return b.runB6(ctx)
 	case "b7":
 		return b.runB7(ctx)
+	case "b8":
+		return b.runB8(ctx)
 	}
 	return fmt.Errorf("unknown phase %q", p)
 }

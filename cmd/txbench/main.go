@@ -15,6 +15,8 @@
 //	B6  checker.Resolve answering check-backs for committed, rolled-back
 //	    and unknown IDs
 //	B7  relay drain rate and resident memory with a 1,000,000-row backlog
+//	B8  consumer throughput, concurrent (txrmq.Consumer) next to ordered
+//	    (txrmq.OrderedConsumer), for one sharding key and for many
 //
 // Every run makes its own database and topics and removes them at the end.
 // Progress goes to stderr; the result table (or, with -json, one JSON
@@ -81,6 +83,8 @@ type config struct {
 	CPUProfile     string
 	RelayCPUProf   string
 	RelayBatchSize int
+	ConsumeCount   int
+	ConsumeTimeout time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -105,7 +109,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.ResolveRows, "resolve-rows", 100_000, "barrier rows of each state (committed, rolled back) pre-filled for B6")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "pause between filling a backlog and draining it, for InnoDB's background work")
 	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
-	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b4,b5,b6,b7 (b4 includes r0)")
+	fs.IntVar(&c.ConsumeCount, "consume-count", 10_000, "events each B8 consumer handles")
+	fs.DurationVar(&c.ConsumeTimeout, "consume-timeout", 5*time.Minute, "longest wait for one B8 consumer to handle its events")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b4,b5,b6,b7,b8 (b4 includes r0)")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database and topics (for inspection)")
@@ -130,15 +136,18 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.Workers = min(c.Workers, 4)
 		c.Relays = min(c.Relays, 2)
 		c.Queues = 2
+		c.ConsumeCount = 200
+		c.ConsumeTimeout = time.Minute
 	}
-	if c.Workers <= 0 || c.Relays <= 0 || c.FillWorkers <= 0 || c.Backlog <= 0 || c.BigBacklog <= 0 || c.ResolveRows <= 0 || c.Queues <= 0 {
+	if c.Workers <= 0 || c.Relays <= 0 || c.FillWorkers <= 0 || c.Backlog <= 0 || c.BigBacklog <= 0 || c.ResolveRows <= 0 || c.Queues <= 0 ||
+		c.ConsumeCount <= 1 || c.ConsumeTimeout <= 0 {
 		return nil, errors.New("counts must be positive")
 	}
 	return c, nil
 }
 
 // phases in run order.
-var allPhases = []string{"b0", "b1", "b2", "b3", "b5", "b6", "b4", "b7"}
+var allPhases = []string{"b0", "b1", "b2", "b3", "b5", "b6", "b8", "b4", "b7"}
 
 func (c *config) enabled(phase string) bool {
 	if c.Phases == "all" || c.Phases == "" {

@@ -211,6 +211,11 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	// I5: key b's seq 1 stored after its seq 2.
 	add("o3", modeOutbox, "b", 2)
 	add("o4", modeOutbox, "b", 1)
+	// I5 at the handler: key d stored in order, handled 2 before 1.
+	add("o6", modeOutbox, "d", 1)
+	add("o7", modeOutbox, "d", 2)
+	n := len(s.Effects)
+	s.Effects[n-2], s.Effects[n-1] = s.Effects[n-1], s.Effects[n-2]
 	// I6: a pending outbox row (its order committed and handled).
 	add("o5", modeOutbox, "c", 1)
 	s.Outbox["o5"] = outbox.StatusPending
@@ -223,7 +228,9 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	require.Equal(t, 1, v.DuplicateEffects, v.Examples)
 	require.Equal(t, 1, v.Disagreements, v.Examples)
 	require.Equal(t, 1, v.OrderViolations, v.Examples)
+	require.Equal(t, 2, v.HandlerInversions, "keys b and d", v.Examples)
 	require.Equal(t, 1, v.Pending, v.Examples)
 	require.Equal(t, 1, v.OutcomeMismatches, v.Examples)
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 key b"), v.Examples)
+	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 handler: key d seq 1 handled after seq 2"), v.Examples)
 }

@@ -40,6 +40,7 @@ type verdict struct {
 	DuplicateEffects  int `json:"duplicate_effects"`  // I3: effects beyond the first per event
 	Disagreements     int `json:"disagreements"`      // I4: broker vs barrier/outbox vs business rows
 	OrderViolations   int `json:"order_violations"`   // I5: stored per-key order broken
+	HandlerInversions int `json:"handler_inversions"` // I5 at the ordered consumer: a key's event handled after a later one
 	Pending           int `json:"pending"`            // I6: outbox rows still pending
 	Dead              int `json:"dead"`               // I6: outbox rows given up on
 	OutcomeMismatches int `json:"outcome_mismatches"` // producer told committed/rolled back, database says otherwise
@@ -48,7 +49,7 @@ type verdict struct {
 	// Informational, not violations.
 	BrokerCopies            int `json:"broker_extra_copies"`       // second copies stored (consumers drop them)
 	SweeperOnly             int `json:"sweeper_only"`              // committed events only the sweeper's republish stored
-	ConsumerOrderInversions int `json:"consumer_order_inversions"` // the consumer is concurrent: handling order is not promised
+	ConsumerOrderInversions int `json:"consumer_order_inversions"` // tx mode: its consumer is concurrent, handling order is not promised
 
 	Examples []string `json:"-"`
 }
@@ -65,7 +66,7 @@ type modeCounts struct {
 }
 
 func (v *verdict) violations() int {
-	return v.Lost + v.Phantom + v.DuplicateEffects + v.Disagreements + v.OrderViolations +
+	return v.Lost + v.Phantom + v.DuplicateEffects + v.Disagreements + v.OrderViolations + v.HandlerInversions +
 		v.Pending + v.Dead + v.OutcomeMismatches + v.Unrecorded
 }
 
@@ -239,7 +240,8 @@ func evaluate(s *snapshot) *verdict {
 	// I5: in stored order, the first copy of each key's events comes in
 	// sequence order, all on one queue.
 	v.OrderViolations = checkStoredOrder(s.Stored[modeOutbox], v)
-	v.ConsumerOrderInversions = consumerInversions(s.Effects, modeOutbox)
+	v.HandlerInversions = consumerInversions(s.Effects, modeOutbox, v)
+	v.ConsumerOrderInversions = consumerInversions(s.Effects, modeTx, nil)
 	return v
 }
 
@@ -277,9 +279,12 @@ func checkStoredOrder(msgs []storedMsg, v *verdict) int {
 	return bad
 }
 
-// consumerInversions counts, per key, effects committed after an effect
-// with a higher sequence number.
-func consumerInversions(effects []effectRow, mode string) int {
+// consumerInversions counts, per key, effects of mode written after an
+// effect with a higher sequence number; with v set, it records examples as
+// I5 violations. Effects are in id order, which for the rows of one key
+// handled by the ordered consumer is handling order: each is inserted
+// after the previous one committed.
+func consumerInversions(effects []effectRow, mode string, v *verdict) int {
 	last := map[string]int{}
 	n := 0
 	for _, e := range effects {
@@ -288,6 +293,9 @@ func consumerInversions(effects []effectRow, mode string) int {
 		}
 		if e.Seq < last[e.ShardKey] {
 			n++
+			if v != nil {
+				v.example("I5 handler: key %s seq %d handled after seq %d", e.ShardKey, e.Seq, last[e.ShardKey])
+			}
 		}
 		last[e.ShardKey] = max(last[e.ShardKey], e.Seq)
 	}

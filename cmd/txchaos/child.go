@@ -52,6 +52,9 @@ type childSpec struct {
 	TxGroup       string `json:"tx_group"`
 	RelayGroup    string `json:"relay_group"`
 	ConsumerGroup string `json:"consumer_group"`
+	// OrderedGroup is the group of the ordered consumer of the outbox
+	// topic; ConsumerGroup's concurrent consumer reads the tx topic.
+	OrderedGroup string `json:"ordered_group"`
 
 	StableName    bool    `json:"stable_name,omitempty"` // relay: keep Name across restarts
 	AttemptDir    string  `json:"attempt_dir"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -30,6 +31,13 @@ const (
 	// 5 s (broker delay level 2) instead of 10 s, 30 s, 1 min, ...; 16
 	// retries then span 80 s, longer than any single outage here.
 	consumerRetryLevel = 2
+	// orderedMinBackoff, orderedMaxBackoff and orderedMaxRetries: an
+	// ordered queue whose handler fails (the database is away) retries in
+	// place after 0.5 s, doubling up to 5 s; 32 retries span about 2.5
+	// min, longer than any outage here, so nothing is parked.
+	orderedMinBackoff = 500 * time.Millisecond
+	orderedMaxBackoff = 5 * time.Second
+	orderedMaxRetries = 32
 )
 
 // Relay naming schemes (config.RelayNames).
@@ -142,26 +150,37 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 			return nil
 		}
 	}
-	var routes []txmsg.Route
-	for _, mode := range modes {
-		routes = append(routes, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[mode]}, handler(mode)))
-	}
+	// The tx topic goes to a concurrent consumer, the ordered outbox
+	// topic to an ordered one (its own group: a group is consumed one way
+	// or the other), whose handling order I5 checks.
 	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
 		Config:          txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.ConsumerGroup, Logger: log},
 		Concurrency:     8,
 		RetryDelayLevel: consumerRetryLevel,
-	}, inbox, routes...)
+	}, inbox, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeTx]}, handler(modeTx)))
+	if err != nil {
+		return err
+	}
+	oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{
+		Config:            txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.OrderedGroup, Logger: log},
+		MinBackoff:        orderedMinBackoff,
+		MaxBackoff:        orderedMaxBackoff,
+		MaxReconsumeTimes: orderedMaxRetries,
+	}, inbox, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeOutbox]}, handler(modeOutbox)))
 	if err != nil {
 		return err
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
+	if err := oc.Start(ctx); err != nil {
+		return err
+	}
 	ready()
 	<-ctx.Done()
 	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return c.Close(cctx)
+	return errors.Join(oc.Close(cctx), c.Close(cctx))
 }
 
 // runSweeper runs the background part of a transactional stack: the

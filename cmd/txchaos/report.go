@@ -92,6 +92,7 @@ type summary struct {
 	DuplicateEffects  int            `json:"duplicate_effects"`
 	Disagreements     int            `json:"disagreements"`
 	OrderViolations   int            `json:"order_violations"`
+	HandlerInversions int            `json:"handler_inversions"`
 	Pending           int            `json:"pending"`
 	Dead              int            `json:"dead"`
 	OutcomeMismatches int            `json:"outcome_mismatches"`
@@ -117,7 +118,7 @@ func (r *report) summary() summary {
 		Attempted: t.Attempted, Committed: t.Committed, RolledBack: t.RolledBack,
 		Unknown: t.Unknown, UnknownCommitted: t.UnknownCommitted,
 		Faults: r.faultCounts(), Lost: v.Lost, Phantom: v.Phantom, DuplicateEffects: v.DuplicateEffects,
-		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, Pending: v.Pending, Dead: v.Dead,
+		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, HandlerInversions: v.HandlerInversions, Pending: v.Pending, Dead: v.Dead,
 		OutcomeMismatches: v.OutcomeMismatches, Unrecorded: v.Unrecorded, Drained: r.Drained,
 		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, SweptCommitted: r.SweptCommitted,
 		SweeperOnly: v.SweeperOnly,
@@ -197,7 +198,7 @@ func (r *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\ncheck-backs answered: %d committed, %d rolled back, %d unknown; sweeper: %d republished (%d events stored only by it), %d dropped\n",
 		r.CheckBacks["committed"], r.CheckBacks["rolled_back"], r.CheckBacks["unknown"], r.SweptCommitted, v.SweeperOnly, r.SweptRolledBack)
-	fmt.Fprintf(w, "process restarts: %d; broker extra copies (dropped by the inbox): %d; consumer-side order inversions (informational): %d\n",
+	fmt.Fprintf(w, "process restarts: %d; broker extra copies (dropped by the inbox): %d; tx-mode handler order inversions (concurrent consumer, informational): %d\n",
 		r.Restarts, v.BrokerCopies, v.ConsumerOrderInversions)
 	if r.DataRaces > 0 {
 		fmt.Fprintf(w, "DATA RACES reported by children: %d (see the logs)\n", r.DataRaces)
@@ -221,6 +222,7 @@ func (r *report) write(w io.Writer) {
 		{"I3 duplicate effects", v.DuplicateEffects},
 		{"I4 disagreements (broker vs barrier/outbox)", v.Disagreements},
 		{"I5 per-key order violations (ordered outbox)", v.OrderViolations},
+		{"I5 handled out of order (ordered consumer)", v.HandlerInversions},
 		{"I6 outbox rows pending / dead", v.Pending + v.Dead},
 		{"producer outcome mismatches", v.OutcomeMismatches},
 		{"orders without an attempt record", v.Unrecorded},

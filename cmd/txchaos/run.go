@@ -202,6 +202,7 @@ func (r *runner) startProcs(ctx context.Context) {
 		TxGroup:       r.txGroup(),
 		RelayGroup:    "chaos_" + r.runID + "_relay",
 		ConsumerGroup: "chaos_" + r.runID + "_cons",
+		OrderedGroup:  "chaos_" + r.runID + "_ocons",
 		AttemptDir:    r.attemptDir,
 		StableName:    r.cfg.RelayNames == relayNamesStable,
 		Workers:       r.cfg.Workers, Keys: r.cfg.Keys, Rate: r.cfg.Rate, RollbackRatio: r.cfg.RollbackRatio,

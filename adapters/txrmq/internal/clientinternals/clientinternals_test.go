@@ -75,6 +75,15 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 		require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 	}
 	require.NotNil(t, ConsumerClientOf(pc))
+
+	// The ordered consumer reaches the same parts of a pull consumer.
+	pull, err := rmq.NewPullConsumer(consumer.WithNsResolver(nowhere), consumer.WithGroupName("clientinternals_pull"))
+	require.NoError(t, err)
+	_, err = consumerClient(pull)
+	require.NoError(t, err, "pull consumer")
+	rp, err := NameServers(pull)
+	require.NoError(t, err, "pull consumer")
+	require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 }
 
 // lookalike has none of the fields the client has.

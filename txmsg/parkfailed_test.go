@@ -1,0 +1,57 @@
+package txmsg_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// consumedHook records OnConsumed calls.
+type consumedHook struct {
+	mu       sync.Mutex
+	outcomes []txmsg.Outcome
+}
+
+func (h *consumedHook) OnConsumed(_ context.Context, _ string, _ *txmsg.Received, o txmsg.Outcome, err error, _ time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.outcomes = append(h.outcomes, o)
+	}
+}
+
+func TestInboxParkFailed(t *testing.T) {
+	t.Parallel()
+	_, db := newInbox(t)
+	hook := &consumedHook{}
+	in, err := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{hook}})
+	require.NoError(t, err)
+	id := txmsg.NewID()
+	r := received(id, `{"n":1}`)
+	r.Attempt = 17
+	cause := errors.New("balance would go negative")
+	require.NoError(t, in.ParkFailed(context.Background(), "g", r, cause))
+	require.NoError(t, in.ParkFailed(context.Background(), "g", r, cause), "parking twice is a no-op")
+
+	_, deadTable := in.Tables()
+	var rows []txmsg.DeadLetter
+	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
+	require.Len(t, rows, 1)
+	require.Equal(t, id, rows[0].MsgID)
+	require.Equal(t, "g", rows[0].ConsumerGroup)
+	require.Equal(t, []byte(`{"n":1}`), rows[0].Body)
+	require.Equal(t, 17, rows[0].Attempt)
+	require.Equal(t, "handler failed 17 times, last error: balance would go negative", rows[0].Error)
+	hook.mu.Lock()
+	require.Equal(t, []txmsg.Outcome{txmsg.OutcomeParked, txmsg.OutcomeParked}, hook.outcomes)
+	hook.mu.Unlock()
+
+	require.ErrorIs(t, in.ParkFailed(context.Background(), "g", nil, cause), txmsg.ErrInvalidMessage)
+	require.ErrorIs(t, in.ParkFailed(context.Background(), "g", &txmsg.Received{}, cause), txmsg.ErrInvalidMessage)
+}
