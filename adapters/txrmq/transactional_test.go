@@ -317,7 +317,7 @@ func TestTransactionalDeadBrokerRunsNothing(t *testing.T) {
 	require.Zero(t, counts[checker.StateCommitted]+counts[checker.StateRolledBack])
 
 	require.NoError(t, tr.Close(context.Background()))
-	_, err = tr.Transact(context.Background(), &txmsg.Message{Topic: "txmsg_nowhere"}, func(context.Context, *gorm.DB) error { return nil })
+	_, err = tr.Transact(context.Background(), &txmsg.Message{Topic: "txmsg_nowhere", Body: []byte(`{}`)}, func(context.Context, *gorm.DB) error { return nil })
 	require.ErrorIs(t, err, txmsg.ErrClosed)
 }
 

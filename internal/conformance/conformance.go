@@ -175,11 +175,12 @@ func badInput(t *testing.T, _ Features, e Env, o *testbed.Observer) {
 	}{
 		{"oversized body", context.Background(), &txmsg.Message{Topic: e.Topic, Body: make([]byte, txmsg.DefaultMaxBodySize+1)}, local, txmsg.ErrBodyTooLarge},
 		{"invalid topic", context.Background(), &txmsg.Message{Topic: "no spaces allowed", Body: []byte(`{}`)}, local, txmsg.ErrInvalidTopic},
-		{"system topic", context.Background(), &txmsg.Message{Topic: "RMQ_SYS_TRANS_HALF_TOPIC"}, local, txmsg.ErrInvalidTopic},
-		{"reserved property", context.Background(), &txmsg.Message{Topic: e.Topic, Properties: map[string]string{"KEYS": "x"}}, local, txmsg.ErrInvalidMessage},
+		{"system topic", context.Background(), &txmsg.Message{Topic: "RMQ_SYS_TRANS_HALF_TOPIC", Body: []byte(`{}`)}, local, txmsg.ErrInvalidTopic},
+		{"reserved property", context.Background(), &txmsg.Message{Topic: e.Topic, Body: []byte(`{}`), Properties: map[string]string{"KEYS": "x"}}, local, txmsg.ErrInvalidMessage},
 		{"nil message", context.Background(), nil, local, txmsg.ErrInvalidMessage},
-		{"nil local", context.Background(), &txmsg.Message{Topic: e.Topic}, nil, txmsg.ErrNilLocalTx},
-		{"cancelled context", cancelled, &txmsg.Message{Topic: e.Topic}, local, context.Canceled},
+		{"empty body", context.Background(), &txmsg.Message{Topic: e.Topic}, local, txmsg.ErrInvalidMessage},
+		{"nil local", context.Background(), &txmsg.Message{Topic: e.Topic, Body: []byte(`{}`)}, nil, txmsg.ErrNilLocalTx},
+		{"cancelled context", cancelled, &txmsg.Message{Topic: e.Topic, Body: []byte(`{}`)}, local, context.Canceled},
 	}
 	for _, c := range cases {
 		_, err := e.Transactor.Transact(c.ctx, c.msg, c.local)
