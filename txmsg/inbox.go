@@ -31,7 +31,7 @@ type InboxRow struct {
 
 // DeadLetter is a message a consumer could not decode, parked with its raw
 // bytes so nothing is lost. It is acknowledged to the broker and never
-// retried by itself; see the README for inspecting and replaying.
+// retried by itself; see docs/operations.md for inspecting and replaying.
 type DeadLetter struct {
 	ID              int64     `gorm:"primaryKey;autoIncrement"`
 	ConsumerGroup   string    `gorm:"size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
