@@ -53,7 +53,7 @@ type InboxRow struct {
 
 // DeadLetter is a message a consumer could not decode, parked with its raw
 // bytes so nothing is lost. It is acknowledged to the broker and never
-// retried by itself; see the README for inspecting and replaying. The
+// retried by itself; see docs/operations.md for inspecting and replaying. The
 // identifier columns are VARBINARY like the inbox's; tag and keys stay text:
 // they copy what arrived, and nothing looks rows up by them.
 type DeadLetter struct {

@@ -1,7 +1,7 @@
 // Command txchaos is txmsg's chaos suite. It drives an order workload in
 // both modes against the real broker and database, with every component in
 // its own OS process, injects faults on a schedule while the workload runs,
-// lets pending work drain, and checks the guarantees of DESIGN.md §6:
+// lets pending work drain, and checks the invariants of docs/design.md:
 //
 //	I1 every committed business transaction yields exactly one handled event
 //	I2 a rolled-back or never-committed transaction yields none
