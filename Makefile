@@ -7,7 +7,7 @@ export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
 export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
 
-.PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
+.PHONY: test test-defaults test-browser screenshots unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. `go test ./...` at the root skips them; these targets
@@ -32,6 +32,19 @@ DEFAULTS_PKGS := ./checker/ ./txmsg/ ./adapters/outbox/ ./adapters/txrmq/ ./inte
 RUN_TEST_DEFAULTS = TXMSG_TEST_DB_DEFAULTS=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(DEFAULTS_PKGS)
 test-defaults: services-up
 	$(RUN_TEST_DEFAULTS)
+
+## test-browser: the dashboard in a real headless Chromium (installed by scripts/chromium.sh) against
+## the real broker and database: dashboard/browsertest, a module of its own so that chromedp stays out
+## of the core go.mod.
+BROWSER_MODULE := dashboard/browsertest
+test-browser: services-up
+	scripts/chromium.sh
+	cd $(BROWSER_MODULE) && TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
+
+## screenshots: the browser test again, writing a PNG of every dashboard page into docs/img.
+screenshots: services-up
+	scripts/chromium.sh
+	cd $(BROWSER_MODULE) && TXMSG_REQUIRE_SERVICES=1 TXMSG_SCREENSHOTS=1 $(GO) test -count=1 -timeout 10m -v ./...
 
 ## unit: the tests that need no services (others skip).
 unit:

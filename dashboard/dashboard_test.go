@@ -127,7 +127,7 @@ func TestPagesShowRealRows(t *testing.T) {
 	require.Equal(t, http.StatusOK, row.status)
 	require.Contains(t, row.body, "shown as json")
 	require.Contains(t, row.body, "&#34;order&#34;: &#34;o-17&#34;") // indented JSON
-	require.Contains(t, row.body, "abc-123")                          // headers
+	require.Contains(t, row.body, "abc-123")                         // headers
 	bin := get(t, c, b.URL+"outbox/row?id="+binDead)
 	require.Contains(t, bin.body, "shown as hex")
 	require.Contains(t, bin.body, "00 ff 10 80")

@@ -2,12 +2,14 @@ package dashboard
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
@@ -47,7 +49,7 @@ type brokerMessage struct {
 	QueueID                                   int
 	Offset                                    int64
 	StoredAt                                  time.Time
-	Body                                      body
+	Body                                      string // one line, for the table
 }
 
 func (d *Dashboard) transaction(r *http.Request) (string, string, any, error) {
@@ -172,6 +174,19 @@ func toBrokerMessage(broker string, m *primitive.MessageExt) brokerMessage {
 	}
 	return brokerMessage{
 		Topic: topic, MsgID: m.MsgId, TxmsgID: m.GetProperty(txmsg.PropertyID), Tags: m.GetTags(), Keys: m.GetKeys(),
-		Broker: broker, QueueID: m.Queue.QueueId, Offset: m.QueueOffset, StoredAt: time.UnixMilli(m.StoreTimestamp), Body: showBody(m.Body),
+		Broker: broker, QueueID: m.Queue.QueueId, Offset: m.QueueOffset, StoredAt: time.UnixMilli(m.StoreTimestamp), Body: bodyLine(m.Body),
 	}
+}
+
+// bodyLine is a body on one line: its text when it is printable, else
+// its first bytes in hex.
+func bodyLine(b []byte) string {
+	shown := b
+	if len(shown) > 256 {
+		shown = shown[:256]
+	}
+	if utf8.Valid(shown) && printable(string(shown)) {
+		return strings.Join(strings.Fields(string(shown)), " ")
+	}
+	return hex.EncodeToString(shown[:min(len(shown), 32)])
 }

@@ -86,6 +86,7 @@ type chartView struct {
 	SVG         template.HTML
 	Samples     int
 	Interval    time.Duration
+	Span        time.Duration // what the x axis covers
 	MaxPending  int64
 	MaxRate     float64
 	LastPending int64
@@ -100,7 +101,7 @@ const (
 )
 
 // chart draws the samples: pending rows (left axis, filled) and publish
-// rate (right axis, line), over the last hour.
+// rate (right axis, line), over the last hour or since the first sample.
 func (s *sampler) chart() chartView {
 	s.mu.Lock()
 	samples := append([]sample(nil), s.samples...)
@@ -114,8 +115,15 @@ func (s *sampler) chart() chartView {
 		cv.LastPending, cv.LastRate = samples[n-1].Pending, samples[n-1].Rate
 	}
 	now := time.Now()
+	// The chart spans the last hour, or the time since the first sample
+	// when the dashboard has run for less.
+	span := chartSpan
+	if len(samples) > 0 {
+		span = min(chartSpan, max(now.Sub(samples[0].At), time.Minute))
+	}
+	cv.Span = span
 	x := func(t time.Time) float64 {
-		f := 1 - now.Sub(t).Seconds()/chartSpan.Seconds()
+		f := 1 - now.Sub(t).Seconds()/span.Seconds()
 		return padL + math.Max(0, math.Min(1, f))*(chartW-padL-padR)
 	}
 	top := func(v, maxV float64) float64 {
@@ -127,7 +135,7 @@ func (s *sampler) chart() chartView {
 	pMax := niceCeil(float64(cv.MaxPending))
 	rMax := niceCeil(cv.MaxRate)
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="Outbox depth and publish rate over the last hour">`, chartW, chartH)
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="Outbox depth and publish rate">`, chartW, chartH)
 	// Grid and axes.
 	for i := 0; i <= 4; i++ {
 		y := padT + float64(i)*(chartH-pB-padT)/4
@@ -137,7 +145,7 @@ func (s *sampler) chart() chartView {
 	}
 	for i := 0; i <= 6; i++ {
 		xx := padL + float64(i)*(chartW-padL-padR)/6
-		label := fmt.Sprintf("-%dm", 60-i*10)
+		label := "-" + roundDur(span*time.Duration(6-i)/6)
 		if i == 6 {
 			label = "now"
 		}

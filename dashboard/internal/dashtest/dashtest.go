@@ -107,7 +107,7 @@ func New(t testing.TB, o Options) *Bed {
 			t.Fatal(err)
 		}
 	}
-	b.Outbox, err = outbox.New(db, outbox.Config{Logger: log})
+	b.Outbox, err = outbox.New(db, outbox.Config{Logger: log, Buckets: 8})
 	must(err)
 	b.Inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Logger: log})
 	must(err)
@@ -136,7 +136,9 @@ func New(t testing.TB, o Options) *Bed {
 		must(b.Pub.Start(ctx))
 		t.Cleanup(func() { _ = b.Pub.Close(context.Background()) })
 		b.Observer = testbed.Observe(t, b.Topic, nil)
-		relay, err := outbox.NewRelay(db, b.Pub, outbox.RelayConfig{Outbox: b.Outbox, PollInterval: 200 * time.Millisecond, Logger: log})
+		// Ordered, so that the overview has bucket leases to show.
+		relay, err := outbox.NewRelay(db, b.Pub, outbox.RelayConfig{Outbox: b.Outbox, Name: "relay-" + testbed.Suffix(),
+			Ordered: true, PollInterval: 200 * time.Millisecond, Logger: log})
 		must(err)
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -260,4 +262,18 @@ func (b *Bed) Status(id string) outbox.Status {
 		return ""
 	}
 	return row.Status
+}
+
+// Burst writes n messages through the outbox in one transaction, as a
+// service's batch job does.
+func (b *Bed) Burst(n int) {
+	b.T.Helper()
+	msgs := make([]*txmsg.Message, n)
+	for i := range msgs {
+		msgs[i] = &txmsg.Message{Topic: b.Topic, Keys: []string{fmt.Sprintf("burst-%d", i)}, ShardingKey: fmt.Sprintf("customer-%d", i%7), Body: Body(Event{Order: fmt.Sprintf("b-%d", i), Qty: 1})}
+	}
+	err := b.DB.Transaction(func(tx *gorm.DB) error { return b.Outbox.EnqueueTx(context.Background(), tx, msgs...) })
+	if err != nil {
+		b.T.Fatal(err)
+	}
 }
