@@ -9,8 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/txmsg/txmsg/txmsg"
 )
 
 // actionResult is what an action did, shown on the page it returns to.
@@ -132,7 +130,7 @@ func (d *Dashboard) outboxPurge(r *http.Request, who string) (*actionResult, err
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.ob.PurgeDeadIDs(r.Context(), ids...)
+	n, err := d.ob.DeleteDead(r.Context(), ids...)
 	d.log.Info("dashboard action", "who", who, "action", "outbox.purge", "txmsg_ids", ids, "deleted", n, "err", err)
 	if err != nil {
 		return nil, err
@@ -166,19 +164,22 @@ func (d *Dashboard) consumerReplay(r *http.Request, who string) (*actionResult, 
 	if err != nil {
 		return nil, err
 	}
-	replayed, err := d.inbox.ReplayParked(r.Context(), d.cfg.Publisher, group, ids...)
+	done, err := d.inbox.RequeueParked(r.Context(), d.cfg.Publisher, group, ids...)
+	replayed := make([]string, len(done))
+	for i, p := range done {
+		replayed[i] = p.ID
+	}
 	d.log.Info("dashboard action", "who", who, "action", "consumer.replay", "group", group, "txmsg_ids", ids, "replayed", replayed, "err", err)
 	back := backTo(r, "/consumers?group="+url.QueryEscape(group))
-	if err != nil {
-		if len(replayed) == 0 && errors.Is(err, txmsg.ErrNotParked) {
-			return nil, notFound("%v", err)
-		}
-		if len(replayed) == 0 {
-			return nil, err
-		}
-		return &actionResult{msg: fmt.Sprintf("Replayed %d message(s); the others failed: %v", len(replayed), err), back: back}, nil
+	switch {
+	case err != nil && len(done) == 0:
+		return nil, err
+	case err != nil:
+		return &actionResult{msg: fmt.Sprintf("Replayed %d message(s); the others failed: %v", len(done), err), back: back}, nil
+	case len(done) == 0:
+		return nil, notFound("Group %q has none of the selected messages parked; they may have been replayed or purged already.", group)
 	}
-	return &actionResult{msg: fmt.Sprintf("Replayed %d message(s) with their txmsg IDs and removed them from the parked list.", len(replayed)), back: back}, nil
+	return &actionResult{msg: fmt.Sprintf("Replayed %d message(s) with their txmsg IDs and removed them from the parked list.", len(done)), back: back}, nil
 }
 
 func (d *Dashboard) consumerPurge(r *http.Request, who string) (*actionResult, error) {
@@ -190,7 +191,7 @@ func (d *Dashboard) consumerPurge(r *http.Request, who string) (*actionResult, e
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.inbox.PurgeParked(r.Context(), group, ids...)
+	n, err := d.inbox.DeleteParked(r.Context(), group, ids...)
 	d.log.Info("dashboard action", "who", who, "action", "consumer.purge", "group", group, "txmsg_ids", ids, "deleted", n, "err", err)
 	if err != nil {
 		return nil, err

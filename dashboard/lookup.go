@@ -82,7 +82,7 @@ func (d *Dashboard) transaction(r *http.Request) (string, string, any, error) {
 		add(rows[i].MsgID)
 		topics[rows[i].Topic] = true
 	}
-	parked, err := d.inbox.Parked(ctx, txmsg.ParkedFilter{Key: q, Limit: lookupLimit})
+	parked, err := d.inbox.FindParked(ctx, txmsg.ParkedQuery{Key: q, Limit: lookupLimit})
 	data.ParkedErr = errText(err)
 	parkedByID := map[string][]txmsg.DeadLetter{}
 	for _, p := range parked {

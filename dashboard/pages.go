@@ -81,7 +81,7 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 		data.Barrier, data.BarrierErr = c, errText(err)
 	})
 	run(func() {
-		handled, parked, err := d.inbox.GroupCounts(ctx)
+		handled, parked, err := d.groupCounts(ctx)
 		mu.Lock()
 		defer mu.Unlock()
 		data.GroupsErr = errText(err)
@@ -327,7 +327,7 @@ func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return "", "", nil, err
 	}
-	rows, err := d.inbox.Parked(r.Context(), txmsg.ParkedFilter{Group: data.Group, Key: data.Key, AfterID: after, Limit: data.Limit + 1})
+	rows, err := d.inbox.FindParked(r.Context(), txmsg.ParkedQuery{Group: data.Group, Key: data.Key, AfterID: after, Limit: data.Limit + 1})
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -352,7 +352,7 @@ func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
 		data.Groups[i].Rows = append(data.Groups[i].Rows, row)
 	}
 	sort.Slice(data.Groups, func(i, j int) bool { return data.Groups[i].Group < data.Groups[j].Group })
-	handled, parked, err := d.inbox.GroupCounts(r.Context())
+	handled, parked, err := d.groupCounts(r.Context())
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -393,4 +393,15 @@ func (d *Dashboard) consumerMessage(r *http.Request) (string, string, any, error
 	}
 	return "parked", "Parked message", &parkedData{Row: row, Body: showBody(row.Body), Properties: properties(row.Properties),
 		Replay: d.cfg.Publisher != nil, Back: r.URL.RequestURI()}, nil
+}
+
+// groupCounts counts handled and parked messages per consumer group.
+func (d *Dashboard) groupCounts(ctx context.Context) (handled, parked map[string]int64, err error) {
+	if handled, err = d.inbox.HandledByGroup(ctx); err != nil {
+		return nil, nil, err
+	}
+	if parked, err = d.inbox.ParkedByGroup(ctx); err != nil {
+		return nil, nil, err
+	}
+	return handled, parked, nil
 }

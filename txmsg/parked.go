@@ -6,124 +6,108 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/txmsg/txmsg/internal/store"
 )
 
-// MaxParkedLimit is the most parked messages [Inbox.Parked] returns at
-// once.
-const MaxParkedLimit = 1000
-
-// ParkedFilter selects parked messages for [Inbox.Parked]. The zero value
-// lists every one, oldest first, 100 at a time.
+// ParkedFilter selects parked messages (rows of the dead-letter table).
 type ParkedFilter struct {
-	// Group, when set, keeps the messages parked by that consumer group.
+	// Group keeps the messages parked by this consumer group only; empty
+	// means every group.
 	Group string
-	// Key, when set, keeps messages whose txmsg ID or one of whose keys
-	// equals it.
-	Key string
-	// AfterID, when positive, starts after the row with this primary key.
-	AfterID int64
-	// Limit is the page size: 0 means 100; at most [MaxParkedLimit].
+	// IDs keeps the messages with these txmsg IDs only; empty means all.
+	IDs []string
+	// Limit is the most rows returned, oldest first; 0 means no limit.
 	Limit int
 }
 
-// ErrNotParked means no parked message matches the txmsg ID (and group)
-// asked for.
-var ErrNotParked = errors.New("txmsg: no such parked message")
-
-// Parked returns the parked messages matching f, oldest first.
-func (in *Inbox) Parked(ctx context.Context, f ParkedFilter) ([]DeadLetter, error) {
-	if f.Limit < 0 || f.Limit > MaxParkedLimit {
-		return nil, fmt.Errorf("%w: inbox: limit %d is not between 0 and %d", ErrInvalidConfig, f.Limit, MaxParkedLimit)
+func (f ParkedFilter) apply(q *gorm.DB) *gorm.DB {
+	if len(f.IDs) > 0 {
+		q = q.Where(clause.IN{Column: clause.Column{Name: "msg_id"}, Values: anySlice(f.IDs)})
 	}
-	if f.Limit == 0 {
-		f.Limit = 100
-	}
-	q := in.db.WithContext(ctx).Table(in.dead)
 	if f.Group != "" {
 		q = q.Where(clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: f.Group})
 	}
-	if f.Key != "" {
-		esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(f.Key)
-		col := clause.Column{Name: "keys"}
-		q = q.Where(clause.Or(
-			clause.Eq{Column: clause.Column{Name: "msg_id"}, Value: f.Key},
-			clause.Eq{Column: col, Value: f.Key},
-			clause.Like{Column: col, Value: esc + " %"},
-			clause.Like{Column: col, Value: "% " + esc},
-			clause.Like{Column: col, Value: "% " + esc + " %"},
-		))
+	return q
+}
+
+func anySlice(ids []string) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
 	}
-	if f.AfterID > 0 {
-		q = q.Where(clause.Gt{Column: clause.Column{Name: "id"}, Value: f.AfterID})
+	return out
+}
+
+// Parked returns the parked messages f selects, oldest first, for
+// inspection before [Inbox.RequeueParked] or [Inbox.DeleteParked].
+func (in *Inbox) Parked(ctx context.Context, f ParkedFilter) ([]DeadLetter, error) {
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("%w: inbox: parked messages: Limit must not be negative", ErrInvalidConfig)
+	}
+	q := f.apply(in.db.WithContext(ctx).Table(in.dead)).Order("id")
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
 	}
 	var rows []DeadLetter
-	if err := q.Order("id").Limit(f.Limit).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("txmsg: list %s: %w", in.dead, err)
-	}
-	return rows, nil
-}
-
-// ParkedMessage returns the message group parked with txmsg ID id, or an
-// error wrapping [ErrNotParked].
-func (in *Inbox) ParkedMessage(ctx context.Context, group, id string) (*DeadLetter, error) {
-	var row DeadLetter
-	err := in.db.WithContext(ctx).Table(in.dead).
-		Where(clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group}).
-		Where(clause.Eq{Column: clause.Column{Name: "msg_id"}, Value: id}).Take(&row).Error
-	switch {
-	case errors.Is(err, gorm.ErrRecordNotFound):
-		return nil, fmt.Errorf("%w: %q of group %q", ErrNotParked, id, group)
-	case err != nil:
+	if err := q.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("txmsg: read %s: %w", in.dead, err)
 	}
-	return &row, nil
-}
-
-// Handled returns the inbox rows of txmsg ID id: one per consumer group
-// that handled it.
-func (in *Inbox) Handled(ctx context.Context, id string) ([]InboxRow, error) {
-	var rows []InboxRow
-	err := in.db.WithContext(ctx).Table(in.table).
-		Where(clause.Eq{Column: clause.Column{Name: "msg_id"}, Value: id}).Order("id").Find(&rows).Error
-	if err != nil {
-		return nil, fmt.Errorf("txmsg: read %s: %w", in.table, err)
-	}
 	return rows, nil
 }
 
-// GroupCounts returns the number of inbox rows (handled messages) and of
-// parked messages per consumer group.
-func (in *Inbox) GroupCounts(ctx context.Context) (handled, parked map[string]int64, err error) {
-	count := func(table string) (map[string]int64, error) {
-		var rows []struct {
-			ConsumerGroup string
-			N             int64
-		}
-		err := in.db.WithContext(ctx).Table(table).Select("consumer_group, COUNT(*) AS n").Group("consumer_group").Scan(&rows).Error
-		if err != nil {
-			return nil, fmt.Errorf("txmsg: count %s: %w", table, err)
-		}
-		out := map[string]int64{}
-		for _, r := range rows {
-			out[r.ConsumerGroup] = r.N
-		}
-		return out, nil
+// DeleteParked deletes the parked messages with the given txmsg IDs, of
+// group when it is not empty, and returns how many rows it deleted. Their
+// messages are never handled. With no IDs it deletes nothing.
+func (in *Inbox) DeleteParked(ctx context.Context, group string, ids ...string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	if handled, err = count(in.table); err != nil {
-		return nil, nil, err
+	res := ParkedFilter{Group: group, IDs: ids}.apply(in.db.WithContext(ctx).Table(in.dead)).Delete(map[string]any{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("txmsg: delete from %s: %w", in.dead, res.Error)
 	}
-	if parked, err = count(in.dead); err != nil {
-		return nil, nil, err
+	if res.RowsAffected > 0 {
+		in.logger.Info("deleted parked messages", "rows", res.RowsAffected, "group", group, "txmsg_ids", ids)
 	}
-	return handled, parked, nil
+	return res.RowsAffected, nil
 }
 
-// Message rebuilds the message a parked row holds, with its txmsg ID, so
-// that consumers still dedupe it when it is published again.
-func (d *DeadLetter) Message() (*Message, error) {
+// PurgeParked deletes the messages parked more than olderThan ago (zero
+// means all of them), of group when it is not empty, in batches of batch
+// rows (0 means [DefaultPurgeBatch]), and returns how many it deleted.
+func (in *Inbox) PurgeParked(ctx context.Context, olderThan time.Duration, batch int, group string) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("%w: inbox: purge of parked messages needs an age of zero or more, not %s", ErrInvalidConfig, olderThan)
+	}
+	var where []clause.Expression
+	if group != "" {
+		where = append(where, clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group})
+	}
+	// The cutoff is a little in the future for olderThan 0, so that "all"
+	// includes a row parked in this very microsecond.
+	cutoff := time.Now().UTC().Add(-olderThan)
+	if olderThan == 0 {
+		cutoff = cutoff.Add(time.Second)
+	}
+	n, err := store.PurgeBefore(ctx, in.db, in.dead, "id", "parked_at", cutoff, batch, where...)
+	if n > 0 {
+		in.logger.Info("purged parked messages", "rows", n, "group", group, "older_than", olderThan)
+	}
+	if err != nil {
+		return n, fmt.Errorf("txmsg: %w", err)
+	}
+	return n, nil
+}
+
+// Message rebuilds the message d holds, with its txmsg ID, so that
+// consumers still dedupe it, and its user properties (the reserved ones
+// are set again when it is sent).
+func (d DeadLetter) Message() (*Message, error) {
 	m := &Message{ID: d.MsgID, Topic: d.Topic, Tag: d.Tag, Keys: strings.Fields(d.Keys), Body: d.Body}
 	if d.Properties != "" && d.Properties != "{}" && d.Properties != "null" {
 		var props map[string]string
@@ -131,75 +115,107 @@ func (d *DeadLetter) Message() (*Message, error) {
 			return nil, fmt.Errorf("txmsg: parked message %s has unreadable properties: %w", d.MsgID, err)
 		}
 		for k, v := range props {
-			if !ReservedProperty(k) {
-				if m.Properties == nil {
-					m.Properties = map[string]string{}
-				}
-				m.Properties[k] = v
+			if ReservedProperty(k) {
+				continue
 			}
+			if m.Properties == nil {
+				m.Properties = map[string]string{}
+			}
+			m.Properties[k] = v
 		}
 	}
 	return m, nil
 }
 
-// ReplayParked publishes the messages group parked with the given txmsg
-// IDs again through pub, with their txmsg IDs, and deletes each one's
-// parked row once the broker has acknowledged it. Every group subscribed
-// to the topic receives the message again; those that handled it before
-// drop it as a duplicate. It returns the IDs it replayed; IDs not parked
-// by group are reported in an error wrapping [ErrNotParked], after the
-// others were replayed.
-func (in *Inbox) ReplayParked(ctx context.Context, pub Publisher, group string, ids ...string) ([]string, error) {
-	if pub == nil {
-		return nil, fmt.Errorf("%w: inbox: replay needs a publisher", ErrInvalidConfig)
-	}
-	var replayed []string
-	var errs []error
-	for _, id := range ids {
-		row, err := in.ParkedMessage(ctx, group, id)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		m, err := row.Message()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := pub.Publish(ctx, m); err != nil {
-			errs = append(errs, fmt.Errorf("txmsg: replay %s to %s: %w", id, m.Topic, err))
-			continue
-		}
-		res := in.db.WithContext(ctx).Table(in.dead).
-			Where(clause.Eq{Column: clause.Column{Name: "id"}, Value: row.ID}).Delete(map[string]any{})
-		if res.Error != nil {
-			errs = append(errs, fmt.Errorf("txmsg: %s was replayed to %s, but deleting its parked row failed: %w", id, m.Topic, res.Error))
-			continue
-		}
-		replayed = append(replayed, id)
-		in.logger.Info("replayed parked message", "group", group, "txmsg_id", id, "topic", m.Topic)
-	}
-	return replayed, errors.Join(errs...)
+// RequeuedParked is what [Inbox.RequeueParked] did with one message.
+type RequeuedParked struct {
+	// ID and Topic are the message's.
+	ID, Topic string
+	// Deleted is how many parked rows of the message were deleted (one
+	// per consumer group that parked it, or only group's).
+	Deleted int64
 }
 
-// PurgeParked deletes the messages group parked with the given txmsg IDs
-// and returns how many it deleted. Their messages are not delivered again.
-func (in *Inbox) PurgeParked(ctx context.Context, group string, ids ...string) (int64, error) {
+// RequeueParked publishes each parked message with one of the given txmsg
+// IDs (of group when it is not empty) again through pub, once per ID
+// whichever groups parked it, and deletes its parked rows. Every group
+// subscribed to the topic receives it; those that handled it before drop
+// it as a duplicate. It returns what it requeued; IDs with no parked row
+// are left out. Failures of single messages are joined in the error; their
+// rows stay parked.
+//
+// The rows are deleted in a transaction that commits only after the
+// broker accepted the message, so a consumer that parks the message again
+// meanwhile waits for it and then parks it anew: nothing is deleted that
+// was parked after the publish, and nothing is deleted unpublished.
+func (in *Inbox) RequeueParked(ctx context.Context, pub Publisher, group string, ids ...string) ([]RequeuedParked, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: inbox: requeue of parked messages needs a publisher", ErrInvalidConfig)
+	}
 	if len(ids) == 0 {
-		return 0, nil
+		return nil, nil
 	}
-	vals := make([]any, len(ids))
-	for i, id := range ids {
-		vals[i] = id
+	rows, err := in.Parked(ctx, ParkedFilter{Group: group, IDs: ids})
+	if err != nil {
+		return nil, err
 	}
-	res := in.db.WithContext(ctx).Table(in.dead).
-		Where(clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group}).
-		Where(clause.IN{Column: clause.Column{Name: "msg_id"}, Values: vals}).Delete(map[string]any{})
-	if res.Error != nil {
-		return 0, fmt.Errorf("txmsg: purge %s: %w", in.dead, res.Error)
+	var done []RequeuedParked
+	var errs []error
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.MsgID] {
+			continue
+		}
+		seen[r.MsgID] = true
+		m, err := r.Message()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var deleted int64
+		err = in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			res := ParkedFilter{Group: group, IDs: []string{m.ID}}.apply(tx.Table(in.dead)).Delete(map[string]any{})
+			if res.Error != nil {
+				return fmt.Errorf("txmsg: delete parked %s from %s: %w", m.ID, in.dead, res.Error)
+			}
+			deleted = res.RowsAffected
+			if err := pub.Publish(ctx, m); err != nil {
+				return fmt.Errorf("txmsg: republish %s to %s (its parked rows stay): %w", m.ID, m.Topic, err)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		in.logger.Info("requeued parked message", "txmsg_id", m.ID, "topic", m.Topic, "group", group, "rows", deleted)
+		done = append(done, RequeuedParked{ID: m.ID, Topic: m.Topic, Deleted: deleted})
 	}
-	if res.RowsAffected > 0 {
-		in.logger.Info("purged parked messages", "group", group, "rows", res.RowsAffected, "txmsg_ids", ids)
+	return done, errors.Join(errs...)
+}
+
+// HandledByGroup counts the inbox rows of each consumer group.
+func (in *Inbox) HandledByGroup(ctx context.Context) (map[string]int64, error) {
+	return in.countByGroup(ctx, in.table)
+}
+
+// ParkedByGroup counts the parked messages of each consumer group.
+func (in *Inbox) ParkedByGroup(ctx context.Context) (map[string]int64, error) {
+	return in.countByGroup(ctx, in.dead)
+}
+
+func (in *Inbox) countByGroup(ctx context.Context, table string) (map[string]int64, error) {
+	var rows []struct {
+		ConsumerGroup string
+		N             int64
 	}
-	return res.RowsAffected, nil
+	err := in.db.WithContext(ctx).Table(table).Select("consumer_group, COUNT(*) AS n").Group("consumer_group").Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("txmsg: count %s: %w", table, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.ConsumerGroup] = r.N
+	}
+	return out, nil
 }

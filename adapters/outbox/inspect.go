@@ -108,34 +108,6 @@ func (o *Outbox) Get(ctx context.Context, id string) (*Row, error) {
 	return &row, nil
 }
 
-// PurgeDeadIDs deletes the dead rows with the given txmsg IDs and returns
-// how many it deleted. The DELETE itself requires status dead, so a row
-// requeued meanwhile is kept. Their messages are never published.
-func (o *Outbox) PurgeDeadIDs(ctx context.Context, ids ...string) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	res := o.db.WithContext(ctx).Table(o.cfg.Table).
-		Where(clause.Eq{Column: clause.Column{Name: "status"}, Value: StatusDead}).
-		Where(clause.IN{Column: clause.Column{Name: "msg_id"}, Values: anySlice(ids)}).
-		Delete(map[string]any{})
-	if res.Error != nil {
-		return 0, fmt.Errorf("outbox: purge dead rows of %s: %w", o.cfg.Table, res.Error)
-	}
-	if res.RowsAffected > 0 {
-		o.log.Info("purged dead rows", "rows", res.RowsAffected, "txmsg_ids", ids, "state", StatusDead)
-	}
-	return res.RowsAffected, nil
-}
-
-func anySlice(ids []string) []any {
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
-}
-
 // Leases returns the lease rows of ordered relays, by bucket. It returns
 // none when no ordered relay has run on the table (no lease table).
 func (o *Outbox) Leases(ctx context.Context) ([]Lease, error) {

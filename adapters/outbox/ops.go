@@ -47,11 +47,15 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
+// DefaultDeadLimit is how many rows [Outbox.Dead] returns for a limit of 0.
+const DefaultDeadLimit = 100
+
 // Dead returns up to limit dead rows, oldest first, for inspection before
-// a [Outbox.Requeue] or [Outbox.PurgeDead]. limit 0 means 100.
+// a [Outbox.Requeue] or [Outbox.PurgeDead]. limit 0 means
+// [DefaultDeadLimit].
 func (o *Outbox) Dead(ctx context.Context, limit int) ([]Row, error) {
 	if limit <= 0 {
-		limit = 100
+		limit = DefaultDeadLimit
 	}
 	var rows []Row
 	err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ?", StatusDead).
@@ -85,6 +89,37 @@ func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 	if res.RowsAffected > 0 {
 		o.log.Info("requeued dead rows", "rows", res.RowsAffected, "txmsg_ids", ids, "state", StatusPending)
 		o.Notify()
+	}
+	return res.RowsAffected, nil
+}
+
+// Rows returns the rows with the given txmsg IDs, whatever their status,
+// in id order. IDs with no row are left out.
+func (o *Outbox) Rows(ctx context.Context, ids ...string) ([]Row, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var rows []Row
+	if err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("msg_id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("outbox: read %s: %w", o.cfg.Table, err)
+	}
+	return rows, nil
+}
+
+// DeleteDead deletes the dead rows with the given txmsg IDs and returns
+// how many it deleted; rows in another status are left alone, in the same
+// statement, so a row requeued meanwhile is kept. Their messages are never
+// published.
+func (o *Outbox) DeleteDead(ctx context.Context, ids ...string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ? AND msg_id IN ?", StatusDead, ids).Delete(map[string]any{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("outbox: delete dead rows of %s: %w", o.cfg.Table, res.Error)
+	}
+	if res.RowsAffected > 0 {
+		o.log.Info("deleted dead rows", "rows", res.RowsAffected, "txmsg_ids", ids)
 	}
 	return res.RowsAffected, nil
 }
