@@ -83,10 +83,11 @@ wire-check:
 	if [ $$stale -ne 0 ]; then echo "wire_gen.go is stale; run: $(GO) run github.com/google/wire/cmd/wire $(WIRE_PKGS)/..."; exit 1; fi
 
 ## demo: run examples/orderservice against the real broker and database, drive ~200 orders and print a consistency report (MODE=transactional|outbox).
+## It prints the URL of the service's txmsg dashboard; DEMO_FLAGS=-linger=10m keeps the service up that long after the report.
 DEMO_BIN := .cache/demo/orderservice
 demo: services-up
 	$(GO) build -o $(DEMO_BIN) ./examples/orderservice
-	$(GO) run ./examples/orderservice/cmd/demo -service $(DEMO_BIN) -mode $(MODE)
+	$(GO) run ./examples/orderservice/cmd/demo -service $(DEMO_BIN) -mode $(MODE) $(DEMO_FLAGS)
 
 ## bench: cmd/txbench side by side with the naive way and the raw client on the real services (about 5 min;
 ## BENCH_FLAGS=-json for one JSON object), then the in-process micro-benchmarks. See docs/benchmarks.md.
