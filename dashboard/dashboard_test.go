@@ -208,9 +208,12 @@ func TestTokenGuardsEveryPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, ok.status)
 	require.NotContains(t, ok.body, token)
 
-	// Login form: wrong token, then the right one.
+	// Login form: it shows neither the database nor the pages; a wrong
+	// token, then the right one.
 	form := get(t, c, b.URL+"login")
 	require.Equal(t, http.StatusOK, form.status)
+	require.NotContains(t, form.body, "tcp(")
+	require.NotContains(t, form.body, "<nav>")
 	bad := do(t, c, "POST", b.URL+"login", url.Values{"token": {"nope"}, "next": {"/outbox"}}, nil)
 	require.Equal(t, http.StatusUnauthorized, bad.status)
 	require.Contains(t, bad.body, "Wrong token")

@@ -46,6 +46,7 @@ var funcs = template.FuncMap{
 	"add":      func(a, b int) int { return a + b },
 	"contains": strings.Contains,
 	"list":     func(s ...string) []string { return s },
+	"bodyline": bodyLine,
 }
 
 // pages are parsed once: the layout plus each page's template.
@@ -70,6 +71,7 @@ type view struct {
 	Actions  bool // requeue, purge and replay are allowed
 	Broker   bool // the broker page exists
 	Who      string
+	Guest    bool // not logged in: no database, no navigation
 	Flash    string
 	Data     any
 }
@@ -80,6 +82,9 @@ func (d *Dashboard) view(r *http.Request, nav, title string, data any) *view {
 	if v.Auth && d.authenticated(r) {
 		v.CSRF = d.csrfToken(r)
 		v.Who, _ = d.session(r)
+	}
+	if v.Auth && !d.authenticated(r) {
+		v.Guest, v.Database = true, ""
 	}
 	if f := r.URL.Query().Get("done"); f != "" {
 		v.Flash = d.openFlash(f)
