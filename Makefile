@@ -35,16 +35,17 @@ test-defaults: services-up
 
 ## test-browser: the dashboard in a real headless Chromium (installed by scripts/chromium.sh) against
 ## the real broker and database: dashboard/browsertest, a module of its own so that chromedp stays out
-## of the core go.mod.
+## of the core go.mod. It reaches the root module through a replace in its go.mod, so it runs with
+## GOWORK=off, inside or outside a workspace.
 BROWSER_MODULE := dashboard/browsertest
 test-browser: services-up
 	scripts/chromium.sh
-	cd $(BROWSER_MODULE) && TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
+	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
 
 ## screenshots: the browser test again, writing a PNG of every dashboard page into docs/img.
 screenshots: services-up
 	scripts/chromium.sh
-	cd $(BROWSER_MODULE) && TXMSG_REQUIRE_SERVICES=1 TXMSG_SCREENSHOTS=1 $(GO) test -count=1 -timeout 10m -v ./...
+	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 TXMSG_SCREENSHOTS=1 $(GO) test -count=1 -timeout 10m -v ./...
 
 ## unit: the tests that need no services (others skip).
 unit:
