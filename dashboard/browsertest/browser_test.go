@@ -21,15 +21,19 @@ import (
 // TXMSG_REQUIRE_SERVICES=1.
 func chromium(t *testing.T) string {
 	t.Helper()
+	msg := "no Chromium found (chromium, chromium-browser, google-chrome on PATH, or $TXMSG_CHROMIUM): run scripts/chromium.sh, or make test-browser"
 	if p := os.Getenv("TXMSG_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+		msg = "TXMSG_CHROMIUM=" + p + " is not an executable: run scripts/chromium.sh, or fix TXMSG_CHROMIUM"
+	} else {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell"} {
+			if p, err := exec.LookPath(name); err == nil {
+				return p
+			}
 		}
 	}
-	const msg = "no Chromium found (chromium, chromium-browser, google-chrome on PATH, or $TXMSG_CHROMIUM): run scripts/chromium.sh, or make test-browser"
 	if testbed.Required() {
 		t.Fatal(msg)
 	}
@@ -131,8 +135,8 @@ func (s *shots) take(ctx context.Context, name string) {
 // a screenshot of every page into docs/img.
 func TestOperatorRequeuesAndReplaysInTheBrowser(t *testing.T) {
 	const token = "browser-test-token-5d1c"
-	b := dashtest.New(t, dashtest.Options{Broker: true, Token: token, AllowActions: true})
 	ctx := browser(t)
+	b := dashtest.New(t, dashtest.Options{Broker: true, Token: token, AllowActions: true})
 	shot := newShots(t)
 
 	// Traffic for the chart and the tables: orders published through the
