@@ -7,7 +7,7 @@ export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
 export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
 
-.PHONY: test test-defaults test-browser screenshots unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
+.PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. `go test ./...` at the root skips them; these targets
@@ -38,6 +38,7 @@ test-defaults: services-up
 ## of the core go.mod. It reaches the root module through a replace in its go.mod, so it runs with
 ## GOWORK=off, inside or outside a workspace.
 BROWSER_MODULE := dashboard/browsertest
+.PHONY: test-browser screenshots
 test-browser: services-up
 	scripts/chromium.sh
 	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
