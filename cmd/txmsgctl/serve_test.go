@@ -96,4 +96,3 @@ func TestServeRunsTheDashboard(t *testing.T) {
 	}
 	require.False(t, strings.Contains(out.String()+errOut.String(), token))
 }
-
