@@ -12,7 +12,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/txrmq"
-	"github.com/txmsg/txmsg/dashboard"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -34,7 +33,7 @@ type App struct {
 	serveErr chan error
 
 	// dash is txmsg's dashboard, read-only, under /dashboard/.
-	dash *dashboard.Dashboard
+	dash *opsDashboard
 }
 
 // NewApp assembles the service; Start runs it.
@@ -66,8 +65,7 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.consumer.Start(ctx); err != nil {
 		return fmt.Errorf("start inventory consumer: %w", err)
 	}
-	dash, err := dashboard.New(dashboard.Config{DB: a.db, Inbox: a.inbox, Title: "orderservice", Logger: a.log,
-		Health: []dashboard.HealthCheck{{Name: "events", Check: a.mode.Health}, {Name: "inventory consumer", Check: a.consumer.Health}}})
+	dash, err := a.newDashboard()
 	if err != nil {
 		return err
 	}
