@@ -35,6 +35,21 @@ RUN_TEST_DEFAULTS = TXMSG_TEST_DB_DEFAULTS=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test
 test-defaults: services-up
 	$(RUN_TEST_DEFAULTS)
 
+## test-browser: the dashboard in a real headless Chromium (installed by scripts/chromium.sh) against
+## the real broker and database: dashboard/browsertest, a module of its own so that chromedp stays out
+## of the core go.mod. It reaches the root module through a replace in its go.mod, so it runs with
+## GOWORK=off, inside or outside a workspace.
+BROWSER_MODULE := dashboard/browsertest
+.PHONY: test-browser screenshots
+test-browser: services-up
+	scripts/chromium.sh
+	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
+
+## screenshots: the browser test again, writing a PNG of every dashboard page into docs/img.
+screenshots: services-up
+	scripts/chromium.sh
+	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 TXMSG_SCREENSHOTS=1 $(GO) test -count=1 -timeout 10m -v ./...
+
 ## unit: the tests that need no services (others skip).
 unit:
 	$(GO) test -race -count=1 ./...
@@ -83,10 +98,11 @@ quickstart: services-up
 	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart/outbox
 
 ## demo: run examples/orderservice against the real broker and database, drive ~200 orders and print a consistency report (MODE=transactional|outbox).
+## It prints the URL of the service's txmsg dashboard; DEMO_FLAGS=-linger=10m keeps the service up that long after the report.
 DEMO_BIN := .cache/demo/orderservice
 demo: services-up
 	$(GO) build -o $(DEMO_BIN) ./examples/orderservice
-	$(GO) run ./examples/orderservice/cmd/demo -service $(DEMO_BIN) -mode $(MODE)
+	$(GO) run ./examples/orderservice/cmd/demo -service $(DEMO_BIN) -mode $(MODE) $(DEMO_FLAGS)
 
 ## bench: cmd/txbench side by side with the naive way and the raw client on the real services (about 5 min;
 ## BENCH_FLAGS=-json for one JSON object), then the in-process micro-benchmarks. See docs/benchmarks.md.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/redact"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -142,14 +143,7 @@ func (k *conn) need(ctx context.Context, table, flagName string) error {
 }
 
 // redactedDSN is cfg as a DSN with the password masked.
-func redactedDSN(cfg *mysql.Config) string {
-	c := cfg.Clone()
-	if c.Passwd != "" {
-		c.Passwd = "****"
-	}
-	c.Params = nil
-	return c.FormatDSN()
-}
+func redactedDSN(cfg *mysql.Config) string { return redact.DSN(cfg) }
 
 // guessPassword finds what may be the password in a DSN the driver cannot
 // parse: the text between the first ':' and the last '@' of the part

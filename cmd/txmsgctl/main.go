@@ -8,6 +8,7 @@
 //	txmsgctl dead requeue -kind outbox|consumer ID...
 //	txmsgctl dead purge   -kind outbox|consumer (-older-than D | ID...)
 //	txmsgctl purge                       apply retention now
+//	txmsgctl serve [-addr 127.0.0.1:8089] run the web dashboard (package dashboard)
 //
 // The database is -dsn or $TXMSG_DSN, a go-sql-driver/mysql DSN. Its
 // password is never printed. Run "txmsgctl help" for every flag.
@@ -84,6 +85,10 @@ Usage:
       Apply retention now: sent outbox rows, barrier rows and inbox rows
       older than their ages (and, when asked, dead rows and parked
       messages).
+  txmsgctl serve [-addr 127.0.0.1:8089] [-allow-actions] [-namesrv HOST:PORT]
+      Run the web dashboard: outbox, parked messages, transactions and,
+      with -namesrv, the broker. Read-only unless -allow-actions; actions
+      and any address but loopback need a token ($TXMSG_DASHBOARD_TOKEN).
 
 IDs are txmsg IDs (msg_id). Flags may come before or after the IDs.
 Run "txmsgctl COMMAND -h" for a command's flags.
@@ -93,6 +98,7 @@ Environment:
   TXMSG_NAMESRV     RocketMQ name servers, as -namesrv
   TXMSG_ACCESS_KEY  RocketMQ ACL access key (dead requeue -kind consumer)
   TXMSG_SECRET_KEY  RocketMQ ACL secret key
+  TXMSG_DASHBOARD_TOKEN  the dashboard's token (serve), as -token
 
 Exit status: 0 success, 1 failure, 2 bad command line.
 `
@@ -136,6 +142,8 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		return cmdStats(ctx, e, rest)
 	case "purge":
 		return cmdPurge(ctx, e, rest)
+	case "serve":
+		return cmdServe(ctx, e, rest)
 	case "dead":
 		if len(rest) == 0 {
 			return usageError("dead needs a subcommand: list, show, requeue or purge")

@@ -32,6 +32,9 @@ type App struct {
 	server   *http.Server
 	addr     net.Addr
 	serveErr chan error
+
+	// dash is txmsg's dashboard, read-only, under /dashboard/.
+	dash *opsDashboard
 }
 
 // NewApp assembles the service; Start runs it.
@@ -63,6 +66,11 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.consumer.Start(ctx); err != nil {
 		return fmt.Errorf("start inventory consumer: %w", err)
 	}
+	dash, err := a.newDashboard()
+	if err != nil {
+		return err
+	}
+	a.dash = dash
 	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -96,9 +104,14 @@ func (a *App) migrate(ctx context.Context) error {
 	return a.mode.Migrate(ctx)
 }
 
-// Handler serves the API, GET /healthz and GET /metrics.
+// Handler serves the API, GET /healthz, GET /metrics and, once started,
+// txmsg's read-only dashboard under /dashboard/ (loopback clients only: it
+// has no token).
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if a.dash != nil {
+		mux.Handle("/dashboard/", http.StripPrefix("/dashboard", a.dash))
+	}
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /metrics", a.serveMetrics)
 	mux.Handle("/", a.api)
@@ -168,6 +181,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 		if err := a.server.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http server: %w", err))
 		}
+	}
+	if a.dash != nil {
+		_ = a.dash.Close()
 	}
 	if err := a.mode.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("%s mode: %w", a.mode.Mode(), err))

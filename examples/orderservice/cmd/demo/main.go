@@ -38,7 +38,7 @@ import (
 type options struct {
 	service, mode, dsn, dbName, namesrv, broker string
 	orders                                      int
-	drainTimeout                                time.Duration
+	drainTimeout, linger                        time.Duration
 }
 
 func main() {
@@ -51,6 +51,7 @@ func main() {
 	flag.StringVar(&o.broker, "broker", envOr("TXMSG_BROKER", "127.0.0.1:10911"), "RocketMQ broker address, to create the run's topic on [$TXMSG_BROKER]")
 	flag.IntVar(&o.orders, "orders", 200, "order requests to send")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 60*time.Second, "how long to wait for the consumer to decide every order")
+	flag.DurationVar(&o.linger, "linger", 0, "keep the service (and its dashboard) running this long after the report's checks")
 	flag.Parse()
 	if o.service == "" {
 		fmt.Fprintln(os.Stderr, "demo: -service is required (make demo builds it)")
@@ -112,6 +113,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	if err := waitReady(ctx, base, exited); err != nil {
 		return false, err
 	}
+	fmt.Printf("demo: txmsg dashboard on %s/dashboard/ while the service runs (read-only)\n", base)
 	fmt.Printf("demo: sending %d orders\n", o.orders)
 	res, err := scenario.Drive(ctx, scenario.Options{BaseURL: base, Orders: o.orders, Progress: os.Stdout})
 	if err != nil {
@@ -122,6 +124,16 @@ func run(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 
+	if o.linger > 0 {
+		fmt.Printf("demo: the service keeps running for %s; the dashboard is on %s/dashboard/\n", o.linger, base)
+		select {
+		case <-ctx.Done():
+		case <-time.After(o.linger):
+		case err := <-exited:
+			stopped = true
+			return false, fmt.Errorf("the service exited: %v", err)
+		}
+	}
 	fmt.Println("demo: stopping the service (SIGTERM)")
 	stopped = true
 	if err := stopService(svc, exited); err != nil {

@@ -1,0 +1,136 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// MaxListLimit is the most rows [Outbox.List] returns at once.
+const MaxListLimit = 1000
+
+// ListFilter selects outbox rows for [Outbox.List]. The zero value lists
+// every row, oldest first, 100 at a time.
+type ListFilter struct {
+	// Status, when set, keeps rows of that status only.
+	Status Status
+	// Topic, when set, keeps rows of that topic only (exact match).
+	Topic string
+	// Key, when set, keeps rows whose txmsg ID, sharding key or one of
+	// whose keys equals it.
+	Key string
+	// OlderThan, when positive, keeps rows created more than this long ago.
+	OlderThan time.Duration
+	// AfterID, when positive, starts after the row with this primary key:
+	// the ID of the last row of the previous page.
+	AfterID int64
+	// Limit is the page size: 0 means 100; at most [MaxListLimit].
+	Limit int
+}
+
+// ErrBadFilter means a [ListFilter] asks for something List cannot do.
+var ErrBadFilter = errors.New("outbox: bad filter")
+
+// List returns the rows matching f in primary-key order (oldest first).
+// A filter by key reads the keys column without an index; bound the
+// call's context.
+func (o *Outbox) List(ctx context.Context, f ListFilter) ([]Row, error) {
+	switch {
+	case f.Limit < 0 || f.Limit > MaxListLimit:
+		return nil, fmt.Errorf("%w: limit %d is not between 0 and %d", ErrBadFilter, f.Limit, MaxListLimit)
+	case f.OlderThan < 0:
+		return nil, fmt.Errorf("%w: age %v is negative", ErrBadFilter, f.OlderThan)
+	case f.Status != "" && f.Status != StatusPending && f.Status != StatusSent && f.Status != StatusDead:
+		return nil, fmt.Errorf("%w: status %q is not pending, sent or dead", ErrBadFilter, f.Status)
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	q := o.db.WithContext(ctx).Table(o.cfg.Table)
+	if f.Status != "" {
+		q = q.Where(clause.Eq{Column: clause.Column{Name: "status"}, Value: f.Status})
+	}
+	if f.Topic != "" {
+		q = q.Where(clause.Eq{Column: clause.Column{Name: "topic"}, Value: f.Topic})
+	}
+	if f.Key != "" {
+		q = q.Where(keyMatch("keys", f.Key, "msg_id", "sharding_key"))
+	}
+	if f.OlderThan > 0 {
+		q = q.Where(clause.Lt{Column: clause.Column{Name: "created_at"}, Value: time.Now().UTC().Add(-f.OlderThan)})
+	}
+	if f.AfterID > 0 {
+		q = q.Where(clause.Gt{Column: clause.Column{Name: "id"}, Value: f.AfterID})
+	}
+	var rows []Row
+	if err := q.Order("id").Limit(f.Limit).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("outbox: list %s: %w", o.cfg.Table, err)
+	}
+	return rows, nil
+}
+
+// keyMatch matches rows where one of the space-separated words of column
+// keys equals key, or one of the columns exact equals it.
+func keyMatch(keys, key string, exact ...string) clause.Expression {
+	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(key)
+	col := clause.Column{Name: keys}
+	or := []clause.Expression{
+		clause.Eq{Column: col, Value: key},
+		clause.Like{Column: col, Value: esc + " %"},
+		clause.Like{Column: col, Value: "% " + esc},
+		clause.Like{Column: col, Value: "% " + esc + " %"},
+	}
+	for _, c := range exact {
+		or = append(or, clause.Eq{Column: clause.Column{Name: c}, Value: key})
+	}
+	return clause.Or(or...)
+}
+
+// ErrNoRow means no outbox row has the txmsg ID asked for.
+var ErrNoRow = errors.New("outbox: no such row")
+
+// Get returns the row with txmsg ID id, or an error wrapping [ErrNoRow].
+func (o *Outbox) Get(ctx context.Context, id string) (*Row, error) {
+	var row Row
+	err := o.db.WithContext(ctx).Table(o.cfg.Table).
+		Where(clause.Eq{Column: clause.Column{Name: "msg_id"}, Value: id}).Take(&row).Error
+	switch {
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		return nil, fmt.Errorf("%w: %q in %s", ErrNoRow, id, o.cfg.Table)
+	case err != nil:
+		return nil, fmt.Errorf("outbox: read %s: %w", o.cfg.Table, err)
+	}
+	return &row, nil
+}
+
+// Leases returns the lease rows of ordered relays, by bucket. It returns
+// none when no ordered relay has run on the table (no lease table).
+func (o *Outbox) Leases(ctx context.Context) ([]Lease, error) {
+	table := o.cfg.Table + leaseSuffix
+	if !o.db.WithContext(ctx).Migrator().HasTable(table) {
+		return nil, nil
+	}
+	var out []Lease
+	if err := o.db.WithContext(ctx).Table(table).Order("bucket").Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("outbox: read leases of %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// SentSince counts the rows published since t: the relays' publish rate
+// over a window. Sent rows purged meanwhile are not counted.
+func (o *Outbox) SentSince(ctx context.Context, t time.Time) (int64, error) {
+	var n int64
+	err := o.db.WithContext(ctx).Table(o.cfg.Table).
+		Where(clause.Eq{Column: clause.Column{Name: "status"}, Value: StatusSent}).
+		Where(clause.Gte{Column: clause.Column{Name: "updated_at"}, Value: t.UTC()}).Count(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("outbox: count sent rows of %s: %w", o.cfg.Table, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,167 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/txmsg/txmsg/dashboard/internal/rmqadmin"
+)
+
+// checkMaxTimeTopic is where the broker moves half messages whose check
+// window ran out (txrmq.CheckMaxTimeTopic).
+const checkMaxTimeTopic = "TRANS_CHECK_MAX_TIME_TOPIC"
+
+type brokerData struct {
+	NameServers []string
+	Topics      []topicLag
+	CheckMax    checkMaxView
+}
+
+type topicLag struct {
+	Topic    string
+	Queues   int
+	Messages int64 // max offset summed over queues
+	Groups   []groupLag
+	Err      string
+}
+
+type groupLag struct {
+	Group     string
+	Lag       int64
+	Committed bool // the group has committed offsets
+	Err       string
+}
+
+type checkMaxView struct {
+	Exists bool
+	Size   int64
+	Err    string
+}
+
+func (d *Dashboard) broker(r *http.Request) (string, string, any, error) {
+	if d.rmq == nil {
+		return "", "", nil, notFound("The broker page needs name servers: start txmsgctl serve with -namesrv, or set Config.NameServers.")
+	}
+	ctx := r.Context()
+	data := &brokerData{NameServers: d.cfg.NameServers}
+	topics := map[string]bool{}
+	for _, t := range d.cfg.Topics {
+		topics[t] = true
+	}
+	// Topics txmsg's consumers handled messages of.
+	var pairs []struct{ Topic string }
+	in, _ := d.inbox.Tables()
+	if err := d.cfg.DB.WithContext(ctx).Table(in).Distinct("topic").Limit(50).Scan(&pairs).Error; err == nil {
+		for _, p := range pairs {
+			topics[p.Topic] = true
+		}
+	}
+	var names []string
+	for t := range topics {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	data.Topics = make([]topicLag, len(names))
+	var wg sync.WaitGroup
+	for i, t := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data.Topics[i] = d.topicLag(ctx, t)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		data.CheckMax = d.checkMax(ctx)
+	}()
+	wg.Wait()
+	return "broker", "Broker", data, nil
+}
+
+// topicLag measures each consumer group's lag on topic: the messages
+// between its committed offset and the end of each queue.
+func (d *Dashboard) topicLag(ctx context.Context, topic string) topicLag {
+	tl := topicLag{Topic: topic}
+	route, err := d.rmq.Route(ctx, topic)
+	if err != nil {
+		tl.Err = err.Error()
+		return tl
+	}
+	tl.Queues = len(route.Queues)
+	maxes := make([]int64, len(route.Queues))
+	for i, q := range route.Queues {
+		if maxes[i], err = d.rmq.MaxOffset(ctx, topic, q); err != nil {
+			tl.Err = err.Error()
+			return tl
+		}
+		tl.Messages += maxes[i]
+	}
+	groups := map[string]bool{}
+	asked := map[string]bool{}
+	for _, q := range route.Queues {
+		if asked[q.Addr] {
+			continue
+		}
+		asked[q.Addr] = true
+		gs, err := d.rmq.ConsumedBy(ctx, q.Addr, topic)
+		if err != nil {
+			tl.Err = err.Error()
+			return tl
+		}
+		for _, g := range gs {
+			groups[g] = true
+		}
+	}
+	for g := range groups {
+		gl := groupLag{Group: g}
+		for i, q := range route.Queues {
+			off, err := d.rmq.ConsumerOffset(ctx, g, topic, q)
+			if errors.Is(err, rmqadmin.ErrNotFound) {
+				gl.Lag += maxes[i]
+				continue
+			}
+			if err != nil {
+				gl.Err = err.Error()
+				break
+			}
+			gl.Committed = true
+			gl.Lag += max(maxes[i]-off, 0)
+		}
+		tl.Groups = append(tl.Groups, gl)
+	}
+	sort.Slice(tl.Groups, func(i, j int) bool { return tl.Groups[i].Group < tl.Groups[j].Group })
+	return tl
+}
+
+// checkMax counts the half messages the broker discarded: those kept in
+// TRANS_CHECK_MAX_TIME_TOPIC.
+func (d *Dashboard) checkMax(ctx context.Context) checkMaxView {
+	var v checkMaxView
+	route, err := d.rmq.Route(ctx, checkMaxTimeTopic)
+	if errors.Is(err, rmqadmin.ErrTopicNotExist) {
+		return v
+	}
+	if err != nil {
+		v.Err = err.Error()
+		return v
+	}
+	v.Exists = true
+	for _, q := range route.Queues {
+		hi, err := d.rmq.MaxOffset(ctx, checkMaxTimeTopic, q)
+		if err != nil {
+			v.Err = err.Error()
+			return v
+		}
+		lo, err := d.rmq.MinOffset(ctx, checkMaxTimeTopic, q)
+		if err != nil {
+			v.Err = err.Error()
+			return v
+		}
+		v.Size += max(hi-lo, 0)
+	}
+	return v
+}

@@ -1,0 +1,112 @@
+package dashboard_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// TestRequeueAndReplayReachTheBroker: a dead row requeued through the
+// dashboard is published by the relay and arrives on the real broker with
+// its txmsg ID; a parked message replayed through it is delivered again
+// and handled by the consumer's inbox.
+func TestRequeueAndReplayReachTheBroker(t *testing.T) {
+	t.Parallel()
+	const token = "tok-71aa02c9d3e4"
+	b := dashtest.New(t, dashtest.Options{Broker: true, Token: token, AllowActions: true})
+	dead := b.DeadRow("order-41", dashtest.Body(dashtest.Event{Order: "o-41", Qty: 2}), "send: timeout")
+	parked := b.Parked(b.Group, "order-42", dashtest.Body(dashtest.Event{Order: "o-42", Qty: 5}), "decoder v1 rejected qty")
+	c := client(t)
+	csrf := login(t, b, c, token)
+
+	res := do(t, c, "POST", b.URL+"outbox/requeue", url.Values{"id": {dead}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	b.Observer.Delivered(t, dead)
+	require.Equal(t, `{"order":"o-41","qty":2}`, string(b.Observer.First(dead).Body))
+	require.Eventually(t, func() bool { return b.Status(dead) == outbox.StatusSent }, time.Minute, 100*time.Millisecond)
+
+	res = do(t, c, "POST", b.URL+"consumers/replay", url.Values{"id": {parked}, "group": {b.Group}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Contains(t, get(t, c, b.Server.URL+res.header.Get("Location")).body, "Replayed 1 message(s)")
+	b.Observer.Delivered(t, parked)
+	require.True(t, b.WaitHandled(b.Group, parked, 90*time.Second), "the consumer's inbox never handled the replayed message")
+	_, err := b.Inbox.ParkedMessage(context.Background(), b.Group, parked)
+	require.ErrorIs(t, err, txmsg.ErrNotParked)
+	// Replaying it again finds nothing to replay.
+	res = do(t, c, "POST", b.URL+"consumers/replay", url.Values{"id": {parked}, "group": {b.Group}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusNotFound, res.status)
+
+	logs := b.Logs.String()
+	require.Contains(t, logs, `"action":"consumer.replay"`)
+	require.Contains(t, logs, `"who":"alice@`)
+}
+
+var lagCell = regexp.MustCompile(`data-group="([^"]+)">\s*<td>[^<]*</td><td class="n">[^<]*</td><td class="n">[^<]*</td>\s*<td>[^<]*</td>\s*<td class="n lag[^"]*">(\d+)`)
+
+// TestBrokerPageAndLookupOnTheBroker: the broker page reports the bed's
+// consumer group on its topic with a lag that drops to zero once the
+// consumer caught up, and the size of TRANS_CHECK_MAX_TIME_TOPIC (or its
+// absence); a lookup by message key finds the message on the broker.
+func TestBrokerPageAndLookupOnTheBroker(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	id := b.PendingRow("order-77", dashtest.Event{Order: "o-77", Qty: 1})
+	b.Observer.Delivered(t, id)
+	require.True(t, b.WaitHandled(b.Group, id, 90*time.Second))
+	c := client(t)
+
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL+"broker")
+		require.Equal(t, http.StatusOK, page.status, page.body)
+		require.Contains(t, page.body, "TRANS_CHECK_MAX_TIME_TOPIC")
+		for _, m := range lagCell.FindAllStringSubmatch(page.body, -1) {
+			if m[1] == b.Group {
+				return m[2] == "0"
+			}
+		}
+		return false
+	}, 90*time.Second, time.Second, "the broker page never showed group %s caught up on %s", b.Group, b.Topic)
+
+	page := get(t, c, b.URL+"broker")
+	require.Contains(t, page.body, b.Topic)
+	require.True(t, strings.Contains(page.body, `id="checkmax-size"`) || strings.Contains(page.body, "The topic does not exist"))
+
+	// By key and by ID, the broker's index answers (it may lag the store a
+	// little).
+	require.Eventually(t, func() bool {
+		tx := get(t, c, b.URL+"tx?q=order-77")
+		return tx.status == http.StatusOK && strings.Contains(tx.body, `<td class="mono">`+id+`</td>`)
+	}, 60*time.Second, time.Second)
+	tx := get(t, c, b.URL+"tx?q="+id)
+	require.Contains(t, tx.body, "handled by <b>"+b.Group+"</b>")
+	require.Contains(t, tx.body, `class="st sent"`)
+}
+
+// TestBrokerPageCountsMessages: the broker page reads the topic's route
+// (4 queues on the test broker) and sums the queues' offsets into the
+// number of messages stored.
+func TestBrokerPageCountsMessages(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	for i := range 5 {
+		b.PendingRow("lag-"+strconv.Itoa(i), dashtest.Event{Order: "lag", Qty: i})
+	}
+	c := client(t)
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL+"broker")
+		re := regexp.MustCompile(regexp.QuoteMeta(b.Topic) + `</td><td class="n">(\d+)</td><td class="n">(\d+)</td>`)
+		m := re.FindStringSubmatch(page.body)
+		return m != nil && m[1] == "4" && m[2] == "5"
+	}, 60*time.Second, time.Second, "the broker page never counted 5 messages on 4 queues")
+}

@@ -1,0 +1,312 @@
+// Package dashboard is a web UI for txmsg's tables, served by an
+// [http.Handler] that a service mounts under a path of its own or that
+// `txmsgctl serve` runs alone.
+//
+// Pages: an overview (outbox depth and age, relays' bucket leases, barrier
+// rows, inbox and parked counts per consumer group, the health of the
+// components given in [Config.Health], and a chart of the last hour), the
+// outbox's dead and pending rows, the messages consumers parked, a lookup
+// of one transaction by txmsg ID or message key, and, with name servers
+// configured, consumer lag per topic on the broker.
+//
+// The dashboard is read-only unless [Config.AllowActions] is set, which
+// needs a [Config.Token]. With a token every page asks for it (an
+// Authorization: Bearer header, or a login form that sets a cookie);
+// without one the handler answers loopback clients only. Every action
+// (requeue, purge, replay) is a POST carrying a CSRF token and is logged
+// with who did it.
+//
+//	d, err := dashboard.New(dashboard.Config{DB: db, Outbox: ob, Inbox: inbox, Checker: chk})
+//	if err != nil { ... }
+//	defer d.Close()
+//	mux.Handle("/txmsg/", http.StripPrefix("/txmsg", d))
+//
+// All its assets are embedded; it works offline.
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/dashboard/internal/rmqadmin"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// HealthCheck is one component whose health the overview shows: Check
+// returns nil when healthy (for example txrmq.Consumer.Health,
+// outbox.Relay.Health or txrmq.Transactional.Health).
+type HealthCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Config configures a [Dashboard].
+type Config struct {
+	// DB is the database holding txmsg's tables. Required.
+	DB *gorm.DB
+	// Outbox, Inbox and Checker name the tables; nil means the default
+	// table names over DB.
+	Outbox  *outbox.Outbox
+	Inbox   *txmsg.Inbox
+	Checker *checker.Checker
+	// Health are the components whose health the overview shows.
+	Health []HealthCheck
+	// Publisher replays parked messages (usually a txrmq.Publisher). Nil
+	// turns replay off.
+	Publisher txmsg.Publisher
+	// NameServers, when set, turn on the broker page and the broker's
+	// messages in transaction lookups. The broker requests carry no ACL
+	// credentials.
+	NameServers []string
+	// Topics are the topics the broker page reports consumer lag for and
+	// that lookups by key search, besides those found in the tables.
+	Topics []string
+
+	// AllowActions turns on requeue, purge and replay. It needs Token.
+	AllowActions bool
+	// Token, when set, is required for every page: as "Authorization:
+	// Bearer <token>" or through the login form. Without a token the
+	// dashboard answers loopback clients only.
+	Token string
+
+	// Title is shown in every page's header. Default "txmsg".
+	Title string
+	// Database labels the database in the header. Default: DB's DSN with
+	// its password masked.
+	Database string
+	// SampleInterval is how often the dashboard samples outbox depth and
+	// publish rate for the overview's one-hour chart. Default 15 s.
+	SampleInterval time.Duration
+	// QueryTimeout bounds the queries of one page. Default 10 s.
+	QueryTimeout time.Duration
+	// Logger receives the action log and errors; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Limits of what one request may ask for.
+const (
+	// MaxPageSize is the most rows a list page shows.
+	MaxPageSize = 500
+	// MaxSelection is the most rows one action acts on.
+	MaxSelection = 500
+	// maxQueryLen bounds an ID, key, topic or group in a query.
+	maxQueryLen = 255
+)
+
+// Dashboard is the handler. Close stops its sampler.
+type Dashboard struct {
+	cfg     Config
+	log     *slog.Logger
+	ob      *outbox.Outbox
+	inbox   *txmsg.Inbox
+	chk     *checker.Checker
+	rmq     *rmqadmin.Client
+	secret  []byte
+	mux     *http.ServeMux
+	samples *sampler
+
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// ErrConfig means New was given a config it cannot use.
+var ErrConfig = errors.New("dashboard: invalid config")
+
+// New checks cfg, starts the sampler and returns the handler.
+func New(cfg Config) (*Dashboard, error) {
+	if cfg.DB == nil {
+		return nil, fmt.Errorf("%w: DB is nil", ErrConfig)
+	}
+	if cfg.AllowActions && cfg.Token == "" {
+		return nil, fmt.Errorf("%w: AllowActions needs a Token", ErrConfig)
+	}
+	if cfg.SampleInterval < 0 || cfg.QueryTimeout < 0 {
+		return nil, fmt.Errorf("%w: durations must not be negative", ErrConfig)
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = 15 * time.Second
+	}
+	if cfg.QueryTimeout == 0 {
+		cfg.QueryTimeout = 10 * time.Second
+	}
+	if cfg.Title == "" {
+		cfg.Title = "txmsg"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Database == "" {
+		cfg.Database = describeDB(cfg.DB)
+	}
+	d := &Dashboard{cfg: cfg, log: cfg.Logger.With("component", "txmsg.dashboard"), ob: cfg.Outbox, inbox: cfg.Inbox, chk: cfg.Checker}
+	var err error
+	if d.ob == nil {
+		if d.ob, err = outbox.New(cfg.DB, outbox.Config{Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	if d.inbox == nil {
+		if d.inbox, err = txmsg.NewInbox(cfg.DB, txmsg.InboxConfig{Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	if d.chk == nil {
+		if d.chk, err = checker.New(cfg.DB, checker.Config{Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.NameServers) > 0 {
+		d.rmq = &rmqadmin.Client{NameServers: cfg.NameServers}
+	}
+	d.secret = make([]byte, 32)
+	if _, err := rand.Read(d.secret); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	d.routes()
+	ctx, stop := context.WithCancel(context.Background())
+	d.stop = stop
+	d.samples = newSampler(d, cfg.SampleInterval)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.samples.run(ctx)
+	}()
+	return d, nil
+}
+
+// Close stops the sampler. The handler keeps serving, with a chart that
+// no longer moves.
+func (d *Dashboard) Close() error {
+	d.closeOnce.Do(func() {
+		d.stop()
+		d.wg.Wait()
+	})
+	return nil
+}
+
+func (d *Dashboard) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", d.page(d.overview))
+	m.HandleFunc("GET /outbox", d.page(d.outboxList))
+	m.HandleFunc("GET /outbox/row", d.page(d.outboxRow))
+	m.HandleFunc("POST /outbox/requeue", d.action(d.outboxRequeue))
+	m.HandleFunc("POST /outbox/purge", d.action(d.outboxPurge))
+	m.HandleFunc("GET /consumers", d.page(d.consumerList))
+	m.HandleFunc("GET /consumers/message", d.page(d.consumerMessage))
+	m.HandleFunc("POST /consumers/replay", d.action(d.consumerReplay))
+	m.HandleFunc("POST /consumers/purge", d.action(d.consumerPurge))
+	m.HandleFunc("GET /tx", d.page(d.transaction))
+	m.HandleFunc("GET /broker", d.page(d.broker))
+	m.HandleFunc("GET /login", d.loginForm)
+	m.HandleFunc("POST /login", d.login)
+	m.HandleFunc("POST /logout", d.logout)
+	m.Handle("GET /static/", http.StripPrefix("/static/", staticHandler()))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d.fail(w, r, &httpError{status: http.StatusNotFound, title: "Not found", msg: fmt.Sprintf("There is no page %s here.", r.URL.Path)})
+	})
+	d.mux = m
+}
+
+// ServeHTTP implements http.Handler.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			d.log.Error("panic serving a dashboard request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			d.fail(w, r, &httpError{status: http.StatusInternalServerError, title: "Internal error", msg: "The dashboard failed to answer this request; its log has the details."})
+		}
+	}()
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	if d.cfg.Token == "" && !loopbackPeer(r) {
+		d.fail(w, r, &httpError{status: http.StatusForbidden, title: "Forbidden",
+			msg: "This dashboard has no token, so it answers only clients on this machine. Give it a token to open it to others."})
+		return
+	}
+	if d.cfg.Token != "" && !d.authenticated(r) && !publicPath(r.URL.Path) {
+		if r.Method == http.MethodGet && acceptsHTML(r) {
+			http.Redirect(w, r, basePath(r)+"/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="txmsg dashboard"`)
+		d.fail(w, r, &httpError{status: http.StatusUnauthorized, title: "Unauthorized", msg: "This dashboard needs its token: log in, or send Authorization: Bearer <token>."})
+		return
+	}
+	d.mux.ServeHTTP(w, r)
+}
+
+func publicPath(p string) bool {
+	return p == "/login" || strings.HasPrefix(p, "/static/")
+}
+
+func acceptsHTML(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return a == "" || strings.Contains(a, "text/html") || strings.Contains(a, "*/*")
+}
+
+// loopbackPeer reports whether the request comes from this machine.
+func loopbackPeer(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CheckListen returns an error when addr (host:port) is not a loopback
+// address and token is empty: a dashboard without a token must not be
+// reachable from other machines. An empty host means every interface.
+func CheckListen(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("dashboard: listen address %q is not host:port: %w", addr, err)
+	}
+	if token != "" {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("dashboard: refusing to listen on %q without a token: bind to 127.0.0.1 or ::1, or set a token", addr)
+}
+
+// basePath is the path the handler is mounted under: what
+// http.StripPrefix removed from the request's path.
+func basePath(r *http.Request) string {
+	orig := r.RequestURI
+	if i := strings.IndexAny(orig, "?#"); i >= 0 {
+		orig = orig[:i]
+	}
+	if strings.HasPrefix(orig, "http://") || strings.HasPrefix(orig, "https://") {
+		if i := strings.Index(orig[8:], "/"); i >= 0 {
+			orig = orig[8+i:]
+		}
+	}
+	p := r.URL.EscapedPath()
+	if p != "" && strings.HasSuffix(orig, p) {
+		return strings.TrimSuffix(orig[:len(orig)-len(p)], "/")
+	}
+	return ""
+}

@@ -1,0 +1,434 @@
+package dashboard_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/dashboard"
+	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
+	"github.com/txmsg/txmsg/internal/testbed"
+)
+
+// client is an HTTP client that does not follow redirects, so tests see
+// them, and keeps cookies.
+func client(t *testing.T) *http.Client {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &http.Client{Jar: jar, Timeout: 90 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+}
+
+type response struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func do(t *testing.T, c *http.Client, method, u string, form url.Values, hdr map[string]string) response {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
+	require.NoError(t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return response{status: res.StatusCode, body: string(b), header: res.Header}
+}
+
+func get(t *testing.T, c *http.Client, u string) response { return do(t, c, "GET", u, nil, nil) }
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrfOf returns the CSRF token an action form of page carries.
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	require.NotNil(t, m, "no CSRF token on the page")
+	return m[1]
+}
+
+// login logs c in with token through the form and returns the CSRF token
+// of the overview.
+func login(t *testing.T, b *dashtest.Bed, c *http.Client, token string) string {
+	t.Helper()
+	res := do(t, c, "POST", b.URL+"login", url.Values{"token": {token}, "name": {"alice"}, "next": {"/"}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	ov := get(t, c, b.URL)
+	require.Equal(t, http.StatusOK, ov.status)
+	return csrfOf(t, ov.body)
+}
+
+// TestPagesShowRealRows fills every table, then checks that each page
+// shows the rows with their details, with links under the mount path.
+func TestPagesShowRealRows(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Health: []dashboard.HealthCheck{
+		{Name: "always-ok", Check: func(context.Context) error { return nil }},
+		{Name: "broken-part", Check: func(context.Context) error { return io.ErrUnexpectedEOF }},
+	}})
+	dead := b.DeadRow("order-17", dashtest.Body(dashtest.Event{Order: "o-17", Qty: 3}), "send to topic: broker answered status 2")
+	binDead := b.DeadRow("order-18", []byte{0x00, 0xff, 0x10, 0x80}, "boom")
+	pending := b.PendingRow("order-19", dashtest.Event{Order: "o-19", Qty: 1})
+	b.Barrier(pending)
+	b.Handled("billing", pending)
+	parked := b.Parked("shipping", "order-20", []byte("not json {"), "invalid character 'o' in literal null")
+	c := client(t)
+
+	ov := get(t, c, b.URL)
+	require.Equal(t, http.StatusOK, ov.status, ov.body)
+	for _, want := range []string{`id="dead-count">2<`, `id="pending-count">1<`, "billing", "shipping", "always-ok", "broken-part", "unexpected EOF", "<svg", Mount("/static/app.css")} {
+		require.Contains(t, ov.body, want)
+	}
+
+	list := get(t, c, b.URL+"outbox?status=dead")
+	require.Equal(t, http.StatusOK, list.status)
+	require.Contains(t, list.body, dead)
+	require.Contains(t, list.body, binDead)
+	require.NotContains(t, list.body, pending)
+	require.Contains(t, list.body, "broker answered status 2")
+	// Filters: by key, by topic, by age.
+	byKey := get(t, c, b.URL+"outbox?status=dead&key=order-17")
+	require.Contains(t, byKey.body, dead)
+	require.NotContains(t, byKey.body, binDead)
+	require.NotContains(t, get(t, c, b.URL+"outbox?status=dead&topic=other_topic").body, dead)
+	require.NotContains(t, get(t, c, b.URL+"outbox?status=dead&older=1h").body, dead)
+	require.Contains(t, get(t, c, b.URL+"outbox?status=dead&older=5m").body, dead)
+	// Pagination: one row per page links to the next.
+	p1 := get(t, c, b.URL+"outbox?status=dead&limit=1")
+	require.Contains(t, p1.body, dead)
+	require.NotContains(t, p1.body, binDead)
+	require.Contains(t, p1.body, `id="next-page"`)
+
+	row := get(t, c, b.URL+"outbox/row?id="+dead)
+	require.Equal(t, http.StatusOK, row.status)
+	require.Contains(t, row.body, "shown as json")
+	require.Contains(t, row.body, "&#34;order&#34;: &#34;o-17&#34;") // indented JSON
+	require.Contains(t, row.body, "abc-123")                         // headers
+	bin := get(t, c, b.URL+"outbox/row?id="+binDead)
+	require.Contains(t, bin.body, "shown as hex")
+	require.Contains(t, bin.body, "00 ff 10 80")
+
+	cons := get(t, c, b.URL+"consumers")
+	require.Equal(t, http.StatusOK, cons.status)
+	require.Contains(t, cons.body, parked)
+	require.Contains(t, cons.body, "invalid character")
+	msg := get(t, c, b.URL+"consumers/message?group=shipping&id="+parked)
+	require.Equal(t, http.StatusOK, msg.status)
+	require.Contains(t, msg.body, "not json {")
+	require.Contains(t, msg.body, "def-456")
+
+	tx := get(t, c, b.URL+"tx?q="+pending)
+	require.Equal(t, http.StatusOK, tx.status)
+	for _, want := range []string{`class="st committed"`, `class="st pending"`, "handled by <b>billing</b>"} {
+		require.Contains(t, tx.body, want)
+	}
+	byKeyTx := get(t, c, b.URL+"tx?q=order-20")
+	require.Contains(t, byKeyTx.body, parked)
+	require.Contains(t, byKeyTx.body, "parked by shipping")
+
+	// Without name servers there is no broker page.
+	require.NotContains(t, ov.body, `href="/ops/broker"`)
+	require.Equal(t, http.StatusNotFound, get(t, c, b.URL+"broker").status)
+	// The chart has samples once the sampler ran.
+	require.Eventually(t, func() bool {
+		return strings.Contains(get(t, c, b.URL).body, `<path class="pending"`)
+	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// Mount is p under the test server's mount path.
+func Mount(p string) string { return dashtest.Mount + p }
+
+// TestReadOnlyByDefault: without AllowActions every action is refused and
+// changes nothing; pages show no action buttons.
+func TestReadOnlyByDefault(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	dead := b.DeadRow("k", []byte(`{}`), "x")
+	parked := b.Parked("g1", "k", []byte("x"), "bad")
+	c := client(t)
+	page := get(t, c, b.URL+"outbox?status=dead")
+	require.NotContains(t, page.body, `id="requeue"`)
+	for _, path := range []string{"outbox/requeue", "outbox/purge"} {
+		res := do(t, c, "POST", b.URL+path, url.Values{"id": {dead}}, nil)
+		require.Equal(t, http.StatusForbidden, res.status, path)
+		require.Contains(t, res.body, "read-only")
+	}
+	for _, path := range []string{"consumers/replay", "consumers/purge"} {
+		res := do(t, c, "POST", b.URL+path, url.Values{"id": {parked}, "group": {"g1"}}, nil)
+		require.Equal(t, http.StatusForbidden, res.status, path)
+	}
+	require.Equal(t, outbox.StatusDead, b.Status(dead))
+	_, err := b.Inbox.ParkedMessage(context.Background(), "g1", parked)
+	require.NoError(t, err)
+	_, err = dashboard.New(dashboard.Config{DB: b.DB, AllowActions: true})
+	require.ErrorIs(t, err, dashboard.ErrConfig, "actions without a token")
+}
+
+// TestTokenGuardsEveryPage: with a token, pages need the bearer header or
+// the login cookie; a wrong token is refused; the token never appears in
+// a page.
+func TestTokenGuardsEveryPage(t *testing.T) {
+	t.Parallel()
+	const token = "tok-9c2f1e7a5b3d"
+	b := dashtest.New(t, dashtest.Options{Token: token})
+	c := client(t)
+	for _, path := range []string{"", "outbox", "consumers", "tx?q=x", "outbox/row?id=x"} {
+		res := do(t, c, "GET", b.URL+path, nil, map[string]string{"Accept": "text/html"})
+		require.Equal(t, http.StatusSeeOther, res.status, path)
+		require.Contains(t, res.header.Get("Location"), Mount("/login?next="))
+		api := do(t, c, "GET", b.URL+path, nil, map[string]string{"Accept": "application/json"})
+		require.Equal(t, http.StatusUnauthorized, api.status, path)
+	}
+	require.Equal(t, http.StatusUnauthorized, do(t, c, "GET", b.URL, nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer wrong"}).status)
+	ok := do(t, c, "GET", b.URL+"outbox", nil, map[string]string{"Authorization": "Bearer " + token})
+	require.Equal(t, http.StatusOK, ok.status)
+	require.NotContains(t, ok.body, token)
+
+	// Login form: it shows neither the database nor the pages; a wrong
+	// token, then the right one.
+	form := get(t, c, b.URL+"login")
+	require.Equal(t, http.StatusOK, form.status)
+	require.NotContains(t, form.body, "tcp(")
+	require.NotContains(t, form.body, "<nav>")
+	bad := do(t, c, "POST", b.URL+"login", url.Values{"token": {"nope"}, "next": {"/outbox"}}, nil)
+	require.Equal(t, http.StatusUnauthorized, bad.status)
+	require.Contains(t, bad.body, "Wrong token")
+	good := do(t, c, "POST", b.URL+"login", url.Values{"token": {token}, "name": {"alice"}, "next": {"/outbox"}}, nil)
+	require.Equal(t, http.StatusSeeOther, good.status)
+	require.Equal(t, Mount("/outbox"), good.header.Get("Location"))
+	page := get(t, c, b.URL+"outbox")
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, page.body, "alice")
+	require.NotContains(t, page.body, token)
+	// An off-site next is ignored.
+	c2 := client(t)
+	off := do(t, c2, "POST", b.URL+"login", url.Values{"token": {token}, "next": {"//evil.example/x"}}, nil)
+	require.Equal(t, Mount("/"), off.header.Get("Location"))
+	// A forged cookie is refused.
+	c3 := client(t)
+	u, _ := url.Parse(b.URL)
+	c3.Jar.SetCookies(u, []*http.Cookie{{Name: "txmsg_dashboard", Value: "YWxpY2U.0000"}})
+	require.Equal(t, http.StatusUnauthorized, do(t, c3, "GET", b.URL, nil, map[string]string{"Accept": "application/json"}).status)
+	// Logout needs the CSRF token, then ends the session.
+	csrf := csrfOf(t, page.body)
+	require.Equal(t, http.StatusForbidden, do(t, c, "POST", b.URL+"logout", url.Values{}, nil).status)
+	require.Equal(t, http.StatusSeeOther, do(t, c, "POST", b.URL+"logout", url.Values{"csrf": {csrf}}, nil).status)
+	require.Equal(t, http.StatusSeeOther, do(t, c, "GET", b.URL, nil, map[string]string{"Accept": "text/html"}).status)
+}
+
+// TestActionsNeedCSRFAndAreLogged: an action without the CSRF token, with
+// a wrong one, or from another site is refused and changes nothing; with
+// it, requeue and purge act on the selected dead rows only and the log
+// says who did what.
+func TestActionsNeedCSRFAndAreLogged(t *testing.T) {
+	t.Parallel()
+	const token = "tok-5e8a0c4d2f61"
+	b := dashtest.New(t, dashtest.Options{Token: token, AllowActions: true})
+	dead1 := b.DeadRow("k1", []byte(`{"a":1}`), "x")
+	dead2 := b.DeadRow("k2", []byte(`{"a":2}`), "x")
+	parked := b.Parked("g1", "k3", []byte("zz"), "bad")
+	c := client(t)
+	csrf := login(t, b, c, token)
+
+	for name, tc := range map[string]struct {
+		form url.Values
+		hdr  map[string]string
+	}{
+		"no token":   {url.Values{"id": {dead1}}, nil},
+		"wrong":      {url.Values{"id": {dead1}, "csrf": {strings.Repeat("0", 64)}}, nil},
+		"cross-site": {url.Values{"id": {dead1}, "csrf": {csrf}}, map[string]string{"Origin": "http://evil.example"}},
+		"fetch-site": {url.Values{"id": {dead1}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		res := do(t, c, "POST", b.URL+"outbox/requeue", tc.form, tc.hdr)
+		require.Equal(t, http.StatusForbidden, res.status, name)
+		require.Contains(t, res.body, "CSRF", name)
+	}
+	require.Equal(t, outbox.StatusDead, b.Status(dead1))
+	// Bearer-token clients need the CSRF token too.
+	bearer := do(t, client(t), "POST", b.URL+"outbox/requeue", url.Values{"id": {dead1}}, map[string]string{"Authorization": "Bearer " + token})
+	require.Equal(t, http.StatusForbidden, bearer.status)
+
+	res := do(t, c, "POST", b.URL+"outbox/requeue", url.Values{"id": {dead1}, "csrf": {csrf}, "back": {"/outbox?status=dead"}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Equal(t, outbox.StatusPending, b.Status(dead1))
+	require.Equal(t, outbox.StatusDead, b.Status(dead2))
+	back := get(t, c, b.Server.URL+res.header.Get("Location"))
+	require.Contains(t, back.body, "Requeued 1 of 1 selected row(s)")
+	// A forged message in the link is not shown.
+	forged := get(t, c, b.URL+"outbox?done=SGFja2Vk.0123456789abcdef0123456789abcdef")
+	require.NotContains(t, forged.body, `id="flash"`)
+
+	// Purge deletes dead rows only: the requeued (now pending) one stays.
+	res = do(t, c, "POST", b.URL+"outbox/purge", url.Values{"id": {dead1, dead2}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Equal(t, outbox.StatusPending, b.Status(dead1))
+	require.Equal(t, outbox.Status(""), b.Status(dead2))
+
+	res = do(t, c, "POST", b.URL+"consumers/purge", url.Values{"id": {parked}, "group": {"g1"}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	_, err := b.Inbox.ParkedMessage(context.Background(), "g1", parked)
+	require.Error(t, err)
+	// Replay without a publisher says so.
+	res = do(t, c, "POST", b.URL+"consumers/replay", url.Values{"id": {parked}, "group": {"g1"}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusConflict, res.status)
+
+	logs := b.Logs.String()
+	for _, want := range []string{`"action":"outbox.requeue"`, `"action":"outbox.purge"`, `"action":"consumer.purge"`, `"who":"alice@127.0.0.1:`, dead1, dead2, parked} {
+		require.Contains(t, logs, want)
+	}
+	require.Contains(t, logs, "bad CSRF token")
+	require.NotContains(t, logs, token)
+}
+
+// TestBadInputGetsAClearMessage: malformed filters, oversized pages and
+// selections, unknown IDs and paths get a 4xx page with a message, never
+// a 500 or a stack trace.
+func TestBadInputGetsAClearMessage(t *testing.T) {
+	t.Parallel()
+	const token = "tok-3b7d9f1a0c55"
+	b := dashtest.New(t, dashtest.Options{Token: token, AllowActions: true})
+	c := client(t)
+	csrf := login(t, b, c, token)
+	long := strings.Repeat("x", 300)
+	for _, tc := range []struct {
+		path   string
+		status int
+		want   string
+	}{
+		{"outbox?limit=100000", 400, "between 1 and 500"},
+		{"outbox?limit=-3", 400, "between 1 and 500"},
+		{"outbox?limit=ten", 400, "not a number"},
+		{"outbox?older=yesterday", 400, "not an age"},
+		{"outbox?older=-5m", 400, "not an age"},
+		{"outbox?status=lost", 400, "not dead, pending, sent or all"},
+		{"outbox?after=abc", 400, "not a row number"},
+		{"outbox?topic=" + long, 400, "at most 255 bytes"},
+		{"outbox/row?id=no-such-id", 404, "No outbox row has txmsg ID"},
+		{"outbox/row", 400, "Give the row"},
+		{"consumers?limit=501", 400, "between 1 and 500"},
+		{"consumers/message?group=g&id=nope", 404, "has no parked message"},
+		{"consumers/message?id=nope", 400, "Give the consumer group"},
+		{"tx?q=" + long, 400, "at most 255 bytes"},
+		{"no/such/page", 404, "There is no page"},
+	} {
+		res := get(t, c, b.URL+tc.path)
+		require.Equal(t, tc.status, res.status, tc.path)
+		require.Contains(t, res.body, tc.want, tc.path)
+		require.NotContains(t, res.body, "goroutine", tc.path)
+		require.NotContains(t, res.body, ".go:", tc.path)
+	}
+	many := url.Values{"csrf": {csrf}}
+	for i := 0; i < dashboard.MaxSelection+1; i++ {
+		many.Add("id", "id-"+strings.Repeat("0", 3)+string(rune('a'+i%26))+strings.Repeat("1", i%7)+"-"+itoa(i))
+	}
+	for _, tc := range []struct {
+		path string
+		form url.Values
+		want string
+	}{
+		{"outbox/requeue", url.Values{"csrf": {csrf}}, "Nothing was selected"},
+		{"outbox/purge", many, "At most 500 rows"},
+		{"outbox/requeue", url.Values{"csrf": {csrf}, "id": {long}}, "at most 255 bytes"},
+		{"consumers/purge", url.Values{"csrf": {csrf}, "id": {"x"}}, "names no consumer group"},
+	} {
+		res := do(t, c, "POST", b.URL+tc.path, tc.form, nil)
+		require.Equal(t, http.StatusBadRequest, res.status, tc.path)
+		require.Contains(t, res.body, tc.want, tc.path)
+	}
+	// A requeue of IDs that are not dead changes nothing and says so.
+	res := do(t, c, "POST", b.URL+"outbox/requeue", url.Values{"csrf": {csrf}, "id": {"unknown-1"}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Contains(t, get(t, c, b.Server.URL+res.header.Get("Location")).body, "Requeued 0 of 1")
+	// Oversized form bodies are refused.
+	huge := url.Values{"csrf": {csrf}, "id": {strings.Repeat("y", 2<<20)}}
+	require.Equal(t, http.StatusBadRequest, do(t, c, "POST", b.URL+"outbox/requeue", huge, nil).status)
+}
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i < 10 {
+		return digits[i : i+1]
+	}
+	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// TestNoTokenMeansLoopbackOnly: without a token the handler refuses
+// peers that are not on this machine, and CheckListen refuses to bind
+// anything but loopback.
+func TestNoTokenMeansLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	for _, remote := range []string{"10.0.0.7:40000", "192.168.1.20:5000", "[2001:db8::1]:443"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		b.Dash.ServeHTTP(w, req)
+		require.Equal(t, http.StatusForbidden, w.Code, remote)
+		require.Contains(t, w.Body.String(), "answers only clients on this machine")
+	}
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "[::1]:5000"
+	w := httptest.NewRecorder()
+	b.Dash.ServeHTTP(w, req)
+	require.Equal(t, http.StatusOK, w.Code)
+
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:8089": true, "[::1]:8089": true, "localhost:8089": true,
+		"0.0.0.0:8089": false, ":8089": false, "10.1.2.3:8089": false, "example.com:80": false,
+	} {
+		err := dashboard.CheckListen(addr, "")
+		require.Equal(t, ok, err == nil, addr)
+		require.NoError(t, dashboard.CheckListen(addr, "some-token"), addr)
+	}
+	require.Error(t, dashboard.CheckListen("no-port", "t"))
+}
+
+// TestNoCredentialRendered opens the dashboard over a DSN with a
+// password and checks that no page carries it.
+func TestNoCredentialRendered(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	cfg, err := mysql.ParseDSN(b.DSN)
+	require.NoError(t, err)
+	require.NotEmpty(t, cfg.Passwd)
+	db, err := testbed.Open(b.DSN)
+	require.NoError(t, err)
+	d, err := dashboard.New(dashboard.Config{DB: db})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	c := client(t)
+	secret := cfg.User + ":" + cfg.Passwd + "@"
+	for _, p := range []string{"/", "/outbox", "/consumers", "/tx?q=a", "/outbox/row?id=nope", "/nope"} {
+		res := get(t, c, srv.URL+p)
+		require.NotContains(t, res.body, secret, p)
+		if p == "/" {
+			require.Contains(t, res.body, cfg.User+":****@", "the database is shown, redacted")
+		}
+	}
+}

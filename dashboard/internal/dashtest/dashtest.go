@@ -1,0 +1,279 @@
+// Package dashtest builds the world the dashboard's tests look at: a
+// fresh database with txmsg's tables, real rows in them (dead and pending
+// outbox rows, barrier rows, handled and parked messages), and, when
+// asked, a topic on the real broker with a relay, a consumer with an
+// inbox and an observer. The handler tests and the browser tests
+// (dashboard/browsertest) share it.
+package dashtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/dashboard"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// Mount is the path the test server mounts the dashboard under, so that
+// every test also checks that links work below a prefix.
+const Mount = "/ops"
+
+// Options choose what a Bed has.
+type Options struct {
+	// Broker gives the bed a topic, a publisher, a relay, a consumer of
+	// Group with an inbox, an observer of the topic, and the dashboard
+	// the name server.
+	Broker bool
+	// Token and AllowActions are the dashboard's.
+	Token        string
+	AllowActions bool
+	// Health are extra components for the overview.
+	Health []dashboard.HealthCheck
+	// SampleInterval is the dashboard's; default 1 s.
+	SampleInterval time.Duration
+}
+
+// Event is what the bed's messages carry.
+type Event struct {
+	Order string `json:"order"`
+	Qty   int    `json:"qty"`
+}
+
+// Bed is one test's world.
+type Bed struct {
+	T        testing.TB
+	DB       *gorm.DB
+	DSN      string
+	Outbox   *outbox.Outbox
+	Inbox    *txmsg.Inbox
+	Checker  *checker.Checker
+	Topic    string
+	Group    string
+	Pub      *txrmq.Publisher
+	Observer *testbed.Observer
+	Dash     *dashboard.Dashboard
+	Server   *httptest.Server
+	// URL is the dashboard's root URL on Server, ending in "/".
+	URL string
+	// Logs holds everything the dashboard logged, as JSON lines.
+	Logs *Buffer
+}
+
+// Buffer is a goroutine-safe log sink.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// New builds a bed; everything stops when t ends.
+func New(t testing.TB, o Options) *Bed {
+	t.Helper()
+	testbed.QuietClientLogs()
+	ctx := context.Background()
+	db, dsn := testbed.DBWithDSN(t)
+	b := &Bed{T: t, DB: db, DSN: dsn, Logs: &Buffer{}}
+	log := slog.New(slog.NewJSONHandler(b.Logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Outbox, err = outbox.New(db, outbox.Config{Logger: log, Buckets: 8})
+	must(err)
+	b.Inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Logger: log})
+	must(err)
+	b.Checker, err = checker.New(db, checker.Config{Logger: log})
+	must(err)
+	must(b.Outbox.Migrate(ctx))
+	must(b.Inbox.Migrate(ctx))
+	must(b.Checker.Migrate(ctx))
+	b.Topic = "dash_topic_" + testbed.Suffix()
+	b.Group = testbed.Name(t, "dcg")
+	cfg := dashboard.Config{
+		DB: db, Outbox: b.Outbox, Inbox: b.Inbox, Checker: b.Checker,
+		Token: o.Token, AllowActions: o.AllowActions, Health: o.Health,
+		SampleInterval: o.SampleInterval, Logger: log,
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = time.Second
+	}
+	if o.Broker {
+		testbed.RequireBroker(t)
+		b.Topic = testbed.Topic(t)
+		b.Pub, err = txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
+			NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "dpg"), Logger: log,
+		}, Topics: []string{b.Topic}})
+		must(err)
+		must(b.Pub.Start(ctx))
+		t.Cleanup(func() { _ = b.Pub.Close(context.Background()) })
+		b.Observer = testbed.Observe(t, b.Topic, nil)
+		// Ordered, so that the overview has bucket leases to show.
+		relay, err := outbox.NewRelay(db, b.Pub, outbox.RelayConfig{Outbox: b.Outbox, Name: "relay-" + testbed.Suffix(),
+			Ordered: true, PollInterval: 200 * time.Millisecond, Logger: log})
+		must(err)
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = relay.Run(rctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		route := txmsg.Handle(txmsg.Topic[Event]{Name: b.Topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Event]) error {
+			return nil // the inbox row is the effect the tests look for
+		})
+		cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{
+			NameServers: []string{testbed.NameServer()}, Group: b.Group, Logger: log,
+		}, RetryDelayLevel: 1}, b.Inbox, route)
+		must(err)
+		must(cons.Start(ctx))
+		t.Cleanup(func() { _ = cons.Close(context.Background()) })
+		cfg.NameServers = []string{testbed.NameServer()}
+		cfg.Publisher = b.Pub
+		cfg.Topics = []string{b.Topic}
+		cfg.Health = append(cfg.Health,
+			dashboard.HealthCheck{Name: "relay", Check: relay.Health},
+			dashboard.HealthCheck{Name: "consumer " + b.Group, Check: cons.Health})
+	}
+	b.Dash, err = dashboard.New(cfg)
+	must(err)
+	t.Cleanup(func() { _ = b.Dash.Close() })
+	mux := http.NewServeMux()
+	mux.Handle(Mount+"/", http.StripPrefix(Mount, b.Dash))
+	b.Server = httptest.NewServer(mux)
+	t.Cleanup(b.Server.Close)
+	b.URL = b.Server.URL + Mount + "/"
+	return b
+}
+
+// Body encodes ev as the bed's messages do.
+func Body(ev Event) []byte {
+	out, _ := json.Marshal(ev)
+	return out
+}
+
+// DeadRow inserts a dead outbox row for the bed's topic, as a relay leaves
+// one after MaxAttempts failures, and returns its txmsg ID.
+func (b *Bed) DeadRow(key string, body []byte, lastError string) string {
+	b.T.Helper()
+	id := txmsg.NewID()
+	now := time.Now().UTC().Add(-20 * time.Minute)
+	row := outbox.Row{
+		MsgID: id, Topic: b.Topic, Keys: key, Body: body, Properties: `{"trace":"abc-123"}`,
+		Status: outbox.StatusDead, Attempts: 20, LastError: lastError,
+		NextAttemptAt: now, CreatedAt: now, UpdatedAt: now.Add(10 * time.Minute),
+	}
+	if err := b.DB.Table(b.Outbox.Table()).Create(&row).Error; err != nil {
+		b.T.Fatal(err)
+	}
+	return id
+}
+
+// PendingRow writes a message through the outbox as a service does, in a
+// transaction of its own, and returns its txmsg ID. With a relay running
+// it is published at once.
+func (b *Bed) PendingRow(key string, ev Event) string {
+	b.T.Helper()
+	m := &txmsg.Message{Topic: b.Topic, Keys: []string{key}, Body: Body(ev)}
+	rec, err := b.Outbox.Transact(context.Background(), m, func(ctx context.Context, tx *gorm.DB) error { return nil })
+	if err != nil {
+		b.T.Fatal(err)
+	}
+	return rec.ID
+}
+
+// Barrier records a committed transactional send of id.
+func (b *Bed) Barrier(id string) {
+	b.T.Helper()
+	err := b.DB.Transaction(func(tx *gorm.DB) error { return b.Checker.Begin(context.Background(), tx, id) })
+	if err != nil {
+		b.T.Fatal(err)
+	}
+}
+
+// Handled records id as handled by group in the inbox.
+func (b *Bed) Handled(group, id string) {
+	b.T.Helper()
+	_, err := b.Inbox.Run(context.Background(), group, b.Topic, id, func(ctx context.Context, tx *gorm.DB) error { return nil })
+	if err != nil {
+		b.T.Fatal(err)
+	}
+}
+
+// Parked parks a message of the bed's topic for group, as a consumer does
+// when it cannot decode the body, and returns its txmsg ID.
+func (b *Bed) Parked(group, key string, body []byte, cause string) string {
+	b.T.Helper()
+	id := txmsg.NewID()
+	r := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: b.Topic, Keys: []string{key}, Body: body,
+		Properties: map[string]string{"trace": "def-456"}}, BrokerMessageID: "7F00000100002A9F0000000000" + id[:6], Attempt: 1}
+	if err := b.Inbox.Park(context.Background(), group, r, fmt.Errorf("%w: %s", txmsg.ErrDecode, cause)); err != nil {
+		b.T.Fatal(err)
+	}
+	return id
+}
+
+// WaitHandled waits up to timeout for group's inbox row of id.
+func (b *Bed) WaitHandled(group, id string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		rows, err := b.Inbox.Handled(context.Background(), id)
+		if err == nil {
+			for _, r := range rows {
+				if r.ConsumerGroup == group {
+					return true
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
+}
+
+// Status reads the outbox status of id ("" when there is no row).
+func (b *Bed) Status(id string) outbox.Status {
+	row, err := b.Outbox.Get(context.Background(), id)
+	if err != nil {
+		return ""
+	}
+	return row.Status
+}
+
+// Burst writes n messages through the outbox in one transaction, as a
+// service's batch job does.
+func (b *Bed) Burst(n int) {
+	b.T.Helper()
+	msgs := make([]*txmsg.Message, n)
+	for i := range msgs {
+		msgs[i] = &txmsg.Message{Topic: b.Topic, Keys: []string{fmt.Sprintf("burst-%d", i)}, ShardingKey: fmt.Sprintf("customer-%d", i%7), Body: Body(Event{Order: fmt.Sprintf("b-%d", i), Qty: 1})}
+	}
+	err := b.DB.Transaction(func(tx *gorm.DB) error { return b.Outbox.EnqueueTx(context.Background(), tx, msgs...) })
+	if err != nil {
+		b.T.Fatal(err)
+	}
+}
