@@ -18,13 +18,15 @@ NESTED_MODULES := adapters/txprom adapters/txotel
 in_nested = set -e; for m in $(NESTED_MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done
 
 ## test: start RocketMQ and MariaDB if needed, then run all tests with the race detector, then the
-## test-defaults packages again on databases with the server's defaults; the chaos suite's short run
+## test-defaults packages again on databases with the server's defaults, then the dashboard in a real
+## browser (test-browser, which installs Chromium if needed); the chaos suite's short run
 ## goes last and alone, because it kills and restarts the broker and the database.
 CHAOS_PKG := ./cmd/txchaos
 test: services-up vet fmt-check wire-check
 	TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(CHAOS_PKG))")
 	@$(call in_nested,TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m ./...)
 	$(RUN_TEST_DEFAULTS)
+	$(RUN_TEST_BROWSER)
 	TXMSG_REQUIRE_SERVICES=1 TXMSG_CHAOS_INFRA=1 $(GO) test -race -count=1 -timeout 15m $(CHAOS_PKG)
 
 ## test-defaults: the packages that own or use txmsg's tables again, each test database created the
@@ -41,9 +43,9 @@ test-defaults: services-up
 ## GOWORK=off, inside or outside a workspace.
 BROWSER_MODULE := dashboard/browsertest
 .PHONY: test-browser screenshots
+RUN_TEST_BROWSER = scripts/chromium.sh && cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
 test-browser: services-up
-	scripts/chromium.sh
-	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m ./...
+	$(RUN_TEST_BROWSER)
 
 ## screenshots: the browser test again, writing a PNG of every dashboard page into docs/img.
 screenshots: services-up
