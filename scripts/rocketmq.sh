@@ -283,6 +283,13 @@ filter_conf() {
 	while IFS= read -r line || [[ -n $line ]]; do
 		if [[ -n $keys && $line =~ ^[[:space:]]*([A-Za-z0-9_.]+)[[:space:]]*= ]]; then
 			key=${BASH_REMATCH[1]}
+			# Up to 4.5.1 some settings were spelt "maped" (mapedFileSizeCommitLog).
+			if ! grep -q -x -F -e "$key" <<<"$keys" && [[ $key == *mapped* ]] &&
+				grep -q -x -F -e "${key/mapped/maped}" <<<"$keys"; then
+				echo "# spelt ${key/mapped/maped} in RocketMQ $ROCKETMQ_VERSION:"
+				line=${line/$key/${key/mapped/maped}}
+				key=${key/mapped/maped}
+			fi
 			if ! grep -q -x -F -e "$key" <<<"$keys"; then
 				echo "# not a setting of RocketMQ $ROCKETMQ_VERSION, left out: $line"
 				echo "$key" >>"$CONF_DIR/$name.dropped"

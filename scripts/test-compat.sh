@@ -73,6 +73,18 @@ run_of() {
 	esac
 }
 
+# version_ge A B: version A is B or later.
+version_ge() { [[ $(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1) == "$2" ]]; }
+
+# not_applicable VERSION MODE: why MODE cannot pass on VERSION, or nothing.
+not_applicable() {
+	if [[ $2 == sweeper ]] && ! version_ge "$1" 4.5.2; then
+		# DefaultTransactionalMessageCheckListener.resolveDiscardMsg only logs
+		# before 4.5.2: the half message is dropped, nothing reaches the topic.
+		echo "brokers before 4.5.2 have no TRANS_CHECK_MAX_TIME_TOPIC"
+	fi
+}
+
 rmq() { # VERSION COMMAND
 	TXMSG_RMQ_VERSION=$1 TXMSG_NAMESRV=$NAMESRV TXMSG_RMQ_BROKER_PORT=$BROKER_PORT \
 		TXMSG_ROCKETMQ_MODE=jar TXMSG_RMQ_EXCLUSIVE=1 scripts/rocketmq.sh "$2"
@@ -110,6 +122,12 @@ for v in "${VERSION_LIST[@]}"; do
 	fi
 	for m in "${MODES[@]}"; do
 		m0=$SECONDS
+		why=$(not_applicable "$v" "$m")
+		if [[ -n $why ]]; then
+			log "--- RocketMQ $v, $m: not run: $why"
+			SUMMARY+=("$(printf '%-8s %-14s %-5s %s' "$v" "$m" n/a "$why")")
+			continue
+		fi
 		log "--- RocketMQ $v, $m: go test -run '$(run_of "$m")' $(pkg_of "$m")"
 		if TXMSG_NAMESRV=$NAMESRV TXMSG_BROKER=127.0.0.1:$BROKER_PORT TXMSG_REQUIRE_SERVICES=1 \
 			$GO test -race -count=1 -timeout 10m -run "$(run_of "$m")" "$(pkg_of "$m")"; then
