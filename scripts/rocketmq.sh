@@ -34,7 +34,7 @@
 # Environment:
 #   TXMSG_NAMESRV            name server address (default 127.0.0.1:9876)
 #   TXMSG_RMQ_VERSION        RocketMQ version (default ROCKETMQ_VERSION of
-#                            scripts/versions.env); tested: 4.9.7, 5.3.3, 5.5.0
+#                            scripts/versions.env); tested: 4.3.2, 4.9.7, 5.3.3, 5.5.0
 #   TXMSG_RMQ_BROKER_PORT    broker port (default 10911). The broker also
 #                            listens on port-2 (fast/VIP channel) and port+1 (HA),
 #                            so a second broker needs a port at least 4 away,
@@ -409,6 +409,15 @@ java_flags() {
 			# Unsafe.invokeCleaner instead.)
 			f+=(--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/jdk.internal.ref=ALL-UNNAMED)
 		fi
+	fi
+	if [[ ${ROCKETMQ_VERSION%%.*} == 4 ]]; then
+		# 4.x has the disk-full thresholds as system properties (fractions, default
+		# 0.90 / 0.85), not as settings: pass broker.conf's percentages that way.
+		local k v
+		for k in diskSpaceWarningLevelRatio diskSpaceCleanForciblyRatio; do
+			v=$(sed -n -E "s/^[[:space:]]*$k[[:space:]]*=[[:space:]]*([0-9]+)[[:space:]]*$/\1/p" "$ROOT/scripts/rocketmq/broker.conf" | tail -n 1)
+			[[ -z $v ]] || f+=("-Drocketmq.broker.$k=$(awk -v p="$v" 'BEGIN { printf "%.2f", p / 100 }')")
+		done
 	fi
 	printf '%s\n' "${f[@]}"
 }
