@@ -7,7 +7,7 @@ export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
 export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
 
-.PHONY: test test-defaults unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
+.PHONY: test test-defaults test-compat unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. They require a released version of the root module; the
@@ -51,6 +51,16 @@ test-browser: services-up
 screenshots: services-up
 	scripts/chromium.sh
 	cd $(BROWSER_MODULE) && GOWORK=off TXMSG_REQUIRE_SERVICES=1 TXMSG_SCREENSHOTS=1 $(GO) test -count=1 -timeout 10m -v ./...
+
+## test-compat: for each RocketMQ version of ROCKETMQ_COMPAT_VERSIONS (scripts/versions.env), one at a time:
+## start it from Maven Central jars on ports of its own (name server 19876, broker 20911; the default-port
+## broker is never touched), run the transactional and local-table conformance suites, the consumer tests and
+## the sweeper test, stop it. COMPAT_SCOPE=conformance runs the conformance suites only; COMPAT_VERSIONS=4.9.7
+## picks versions. 1-2 minutes per version. See docs/compatibility.md.
+COMPAT_SCOPE ?= full
+test-compat:
+	scripts/mysql.sh start
+	GO=$(GO) COMPAT_SCOPE=$(COMPAT_SCOPE) scripts/test-compat.sh
 
 ## unit: the tests that need no services (others skip).
 unit:

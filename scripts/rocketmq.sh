@@ -10,6 +10,9 @@
 #   scripts/rocketmq.sh resume   SIGCONT the broker
 #   scripts/rocketmq.sh owns     exit 0 when the running broker was started by this
 #                                script (so kill/pause/resume can act on it)
+#   scripts/rocketmq.sh wipe     delete the store and logs of a stopped jar-path
+#                                instance (fails while it runs), so that the next
+#                                start begins with an empty broker
 #
 # Two ways to run it, chosen automatically:
 #   - Docker: when `docker info` works, `docker compose -f docker/compose.yml`
@@ -17,15 +20,33 @@
 #   - No Docker: when java (and mvn, for the first download) exist, the
 #     rocketmq-namesrv and rocketmq-broker jars from Maven Central, run with java.
 #     Everything (jars, config, logs, store, pid files) lives in
-#     ${TXMSG_CACHE:-<repo>/.cache}/rocketmq/<version>/.
-# The version is pinned in scripts/versions.env; the broker config is
+#     ${TXMSG_CACHE:-<repo>/.cache}/rocketmq/<version>/ (the jars in lib/);
+#     a name server and broker on other than the default ports get their own
+#     directory below it, ports-<namesrv port>-<broker port>/, so that stop,
+#     status, kill, pause and resume only ever act on what was started with
+#     the same version and ports.
+# The default version is pinned in scripts/versions.env; the broker config is
 # scripts/rocketmq/broker.conf (short transaction check window for tests).
+# On the jar path the config a broker gets keeps only the settings its version
+# knows (setters of its config classes, read with javap); the others are
+# listed on start and left out.
 #
 # Environment:
 #   TXMSG_NAMESRV            name server address (default 127.0.0.1:9876)
+#   TXMSG_RMQ_VERSION        RocketMQ version (default ROCKETMQ_VERSION of
+#                            scripts/versions.env); tested: 4.3.2, 4.9.7, 5.3.3, 5.5.0
+#   TXMSG_RMQ_BROKER_PORT    broker port (default 10911). The broker also
+#                            listens on port-2 (fast/VIP channel) and port+1 (HA),
+#                            so a second broker needs a port at least 4 away,
+#                            e.g. TXMSG_NAMESRV=127.0.0.1:19876 TXMSG_RMQ_BROKER_PORT=20911
 #   TXMSG_CACHE              cache root (default <repo>/.cache)
 #   TXMSG_ROCKETMQ_MODE      auto (default) | docker | jar
 #   TXMSG_RMQ_READY_TIMEOUT  readiness deadline (default 120s)
+#   TXMSG_RMQ_EXCLUSIVE      1: start fails when a port is served by a process
+#                            this script did not start for the same version
+#                            and ports, instead of reusing it (the compatibility
+#                            runs use it so that a test never talks to a
+#                            broker of another version)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,17 +54,40 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/scripts/versions.env"
 : "${ROCKETMQ_VERSION:?ROCKETMQ_VERSION missing from scripts/versions.env}"
 
-NAMESRV=${TXMSG_NAMESRV:-127.0.0.1:9876}
+DEFAULT_NS_PORT=9876
+DEFAULT_BROKER_PORT=10911
+ROCKETMQ_VERSION=${TXMSG_RMQ_VERSION:-$ROCKETMQ_VERSION}
+NAMESRV=${TXMSG_NAMESRV:-127.0.0.1:$DEFAULT_NS_PORT}
 NS_HOST=${NAMESRV%:*}
 NS_PORT=${NAMESRV##*:}
 BROKER_HOST=127.0.0.1
-BROKER_PORT=10911
+BROKER_PORT=${TXMSG_RMQ_BROKER_PORT:-$DEFAULT_BROKER_PORT}
 READY_TIMEOUT=${TXMSG_RMQ_READY_TIMEOUT:-120s}
 MODE=${TXMSG_ROCKETMQ_MODE:-auto}
+EXCLUSIVE=${TXMSG_RMQ_EXCLUSIVE:-0}
+
+[[ $ROCKETMQ_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+	{ echo "rocketmq.sh: TXMSG_RMQ_VERSION must look like 4.9.7 or 5.3.3 (got '$ROCKETMQ_VERSION')" >&2; exit 2; }
+[[ $NS_PORT =~ ^[0-9]+$ ]] && ((NS_PORT > 0 && NS_PORT < 65536)) ||
+	{ echo "rocketmq.sh: TXMSG_NAMESRV must be host:port (got '$NAMESRV')" >&2; exit 2; }
+[[ $BROKER_PORT =~ ^[0-9]+$ ]] && ((BROKER_PORT > 2 && BROKER_PORT < 65535)) ||
+	{ echo "rocketmq.sh: TXMSG_RMQ_BROKER_PORT must be a port between 3 and 65534 (got '$BROKER_PORT')" >&2; exit 2; }
+# The broker listens on BROKER_PORT, BROKER_PORT-2 (fast/VIP) and BROKER_PORT+1 (HA).
+if ((NS_PORT >= BROKER_PORT - 2 && NS_PORT <= BROKER_PORT + 1)); then
+	echo "rocketmq.sh: name server port $NS_PORT collides with the broker's ports $((BROKER_PORT - 2))-$((BROKER_PORT + 1))" >&2
+	exit 2
+fi
 
 CACHE_ROOT=${TXMSG_CACHE:-$ROOT/.cache}
-RMQ_DIR=$CACHE_ROOT/rocketmq/$ROCKETMQ_VERSION
-LIB=$RMQ_DIR/lib
+VERSION_DIR=$CACHE_ROOT/rocketmq/$ROCKETMQ_VERSION
+# One instance directory per version and ports: the default ports keep the
+# version directory itself (where earlier runs left their pid files).
+if [[ $NS_PORT == "$DEFAULT_NS_PORT" && $BROKER_PORT == "$DEFAULT_BROKER_PORT" ]]; then
+	RMQ_DIR=$VERSION_DIR
+else
+	RMQ_DIR=$VERSION_DIR/ports-$NS_PORT-$BROKER_PORT
+fi
+LIB=$VERSION_DIR/lib
 CONF_DIR=$RMQ_DIR/conf
 LOG_DIR=$RMQ_DIR/logs                  # stdout/stderr of the JVMs
 RMQ_LOG_DIR=$RMQ_DIR/logs/rocketmqlogs # RocketMQ's own logs (user.home=$RMQ_DIR)
@@ -55,7 +99,7 @@ log() { printf 'rocketmq.sh: %s\n' "$*"; }
 die() { printf 'rocketmq.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-	echo "usage: $0 start|stop|status|kill|pause|resume|owns" >&2
+	echo "usage: $0 start|stop|status|kill|pause|resume|owns|wipe" >&2
 	exit 2
 }
 
@@ -157,14 +201,26 @@ pid_of() {
 	namesrv) class=org.apache.rocketmq.namesrv.NamesrvStartup ;;
 	broker) class=org.apache.rocketmq.broker.BrokerStartup ;;
 	esac
-	# Guard against a recycled pid: the command line must be ours.
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -e "$class" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -F -e "$RMQ_DIR" || return 1
+	# Guard against a recycled pid: the command line must be ours, with
+	# user.home exactly this instance's directory (not merely containing it:
+	# instances on other ports live in subdirectories of the default one).
+	local args
+	args=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	grep -q -x -F -e "$class" <<<"$args" || return 1
+	grep -q -x -F -e "-Duser.home=$RMQ_DIR" <<<"$args" || return 1
 	echo "$pid"
 }
 
 ensure_jars() {
 	if jars_present; then
+		return 0
+	fi
+	# Instances of one version on different ports share the jars: one download at a time.
+	mkdir -p "$VERSION_DIR"
+	exec 8>"$VERSION_DIR/.lib.lock"
+	flock -w 900 8 || die "another rocketmq.sh holds $VERSION_DIR/.lib.lock"
+	if jars_present; then
+		exec 8>&-
 		return 0
 	fi
 	command -v mvn >/dev/null 2>&1 || die "RocketMQ $ROCKETMQ_VERSION jars are not in $LIB and Maven ('mvn') is missing: install maven (apt-get install maven) or Docker."
@@ -184,17 +240,83 @@ ensure_jars() {
 	rm -rf "$LIB"
 	mv "$tmp" "$LIB"
 	touch "$LIB/.complete"
+	exec 8>&-
 	log "$(find "$LIB" -name '*.jar' | wc -l) jars in $LIB"
 }
 
+# config_keys NAME CLASS...: the property names the given config classes
+# accept, one a line. RocketMQ reads a config file by calling setX for each
+# property x that has a setter (inherited ones included) and silently ignores
+# the rest, so the setters are the settings. Cached in $LIB/.keys-NAME.
+# Prints nothing when javap is missing.
+config_keys() {
+	local cache=$LIB/.keys-$1 javap cls out
+	shift
+	if [[ -s $cache ]]; then
+		cat "$cache"
+		return 0
+	fi
+	javap=$(dirname "$(readlink -f "$(find_java)")")/javap
+	[[ -x $javap ]] || javap=$(command -v javap) || return 0
+	local -a queue=("$@")
+	while ((${#queue[@]})); do
+		cls=${queue[0]}
+		queue=("${queue[@]:1}")
+		out=$("$javap" -cp "$LIB/*" -public "$cls" 2>/dev/null) || continue # class not in this version
+		sed -n -E 's/^ *public [^(]*void set([A-Za-z0-9_]+)\([^,)]+\);$/\1/p' <<<"$out"
+		# Follow superclasses inside RocketMQ (5.x: BrokerConfig extends BrokerIdentity).
+		cls=$(grep -o -E ' extends org\.apache\.rocketmq\.[A-Za-z0-9_.$]+' <<<"$out" | head -n 1 || true)
+		[[ -n $cls ]] && queue+=("${cls# extends }")
+	done | sed -E 's/^(.)/\L\1/' | sort -u >"$cache.tmp.$$"
+	mv "$cache.tmp.$$" "$cache"
+	cat "$cache"
+}
+
+# filter_conf NAME CLASS...: copies a properties file from stdin to stdout,
+# turning each key=value line whose key the version's config classes do not
+# know into a comment; the left-out keys go to $CONF_DIR/NAME.dropped.
+filter_conf() {
+	local name=$1 keys line key
+	shift
+	keys=$(config_keys "$name" "$@")
+	: >"$CONF_DIR/$name.dropped"
+	while IFS= read -r line || [[ -n $line ]]; do
+		if [[ -n $keys && $line =~ ^[[:space:]]*([A-Za-z0-9_.]+)[[:space:]]*= ]]; then
+			key=${BASH_REMATCH[1]}
+			# Up to 4.5.1 some settings were spelt "maped" (mapedFileSizeCommitLog).
+			if ! grep -q -x -F -e "$key" <<<"$keys" && [[ $key == *mapped* ]] &&
+				grep -q -x -F -e "${key/mapped/maped}" <<<"$keys"; then
+				echo "# spelt ${key/mapped/maped} in RocketMQ $ROCKETMQ_VERSION:"
+				line=${line/$key/${key/mapped/maped}}
+				key=${key/mapped/maped}
+			fi
+			if ! grep -q -x -F -e "$key" <<<"$keys"; then
+				echo "# not a setting of RocketMQ $ROCKETMQ_VERSION, left out: $line"
+				echo "$key" >>"$CONF_DIR/$name.dropped"
+				continue
+			fi
+		fi
+		printf '%s\n' "$line"
+	done
+}
+
+# Where BrokerStartup and NamesrvStartup put the config file's properties.
+BROKER_CONFIG_CLASSES=(org.apache.rocketmq.common.BrokerConfig org.apache.rocketmq.store.config.MessageStoreConfig
+	org.apache.rocketmq.remoting.netty.NettyServerConfig org.apache.rocketmq.remoting.netty.NettyClientConfig
+	org.apache.rocketmq.auth.config.AuthConfig)
+NAMESRV_CONFIG_CLASSES=(org.apache.rocketmq.common.namesrv.NamesrvConfig
+	org.apache.rocketmq.remoting.netty.NettyServerConfig org.apache.rocketmq.remoting.netty.NettyClientConfig)
+
 write_configs() {
+	[[ -z ${CONFIGS_WRITTEN:-} ]] || return 0 # once per run: the same for both JVMs
+	CONFIGS_WRITTEN=1
 	mkdir -p "$CONF_DIR" "$LOG_DIR" "$STORE_DIR"
-	local bind=127.0.0.1
-	cat >"$CONF_DIR/namesrv.conf" <<EOF
-# Generated by scripts/rocketmq.sh; edit the script, not this file.
-listenPort=$NS_PORT
-bindAddress=$bind
-EOF
+	local bind=127.0.0.1 name dropped
+	{
+		echo "# Generated by scripts/rocketmq.sh; edit the script, not this file."
+		echo "listenPort=$NS_PORT"
+		echo "bindAddress=$bind"
+	} | filter_conf namesrv "${NAMESRV_CONFIG_CLASSES[@]}" >"$CONF_DIR/namesrv.conf"
 	{
 		echo "# Generated by scripts/rocketmq.sh from scripts/rocketmq/broker.conf; edit that file."
 		cat "$ROOT/scripts/rocketmq/broker.conf"
@@ -206,7 +328,61 @@ EOF
 		echo "bindAddress=$bind"
 		echo "storePathRootDir=$STORE_DIR"
 		echo "storePathCommitLog=$STORE_DIR/commitlog"
-	} >"$CONF_DIR/broker.conf"
+	} | filter_conf broker "${BROKER_CONFIG_CLASSES[@]}" >"$CONF_DIR/broker.conf"
+	if [[ ! -s $LIB/.keys-broker ]]; then
+		log "javap not found: the config files keep every setting (RocketMQ ignores the ones it does not know)"
+	fi
+	for name in namesrv broker; do
+		dropped=$(paste -s -d, "$CONF_DIR/$name.dropped")
+		[[ -z $dropped ]] || log "RocketMQ $ROCKETMQ_VERSION has no $name setting $dropped: left out of $CONF_DIR/$name.conf"
+	done
+	write_logback
+}
+
+# RocketMQ 4.x configures logback from $ROCKETMQ_HOME/conf/logback_{namesrv,broker}.xml
+# and exits when the file is missing; the files ship in the binary
+# distribution, not in the jars. (5.x uses rmq.*.logback.xml from its jars.)
+write_logback() {
+	local name
+	for name in namesrv broker; do
+		{
+			echo '<?xml version="1.0" encoding="UTF-8"?>'
+			echo '<!-- Generated by scripts/rocketmq.sh for RocketMQ 4.x. -->'
+			echo '<configuration>'
+			logback_appender "$name"
+			if [[ $name == broker ]]; then
+				logback_appender transaction
+				logback_appender store
+				logback_appender stats
+				local logger ref
+				for logger in RocketmqTransaction:transaction RocketmqStore:store RocketmqStoreError:store \
+					RocketmqStats:stats RocketmqBrokerStats:stats RocketmqCommercial:stats; do
+					ref=${logger#*:}
+					echo "  <logger name=\"${logger%%:*}\" additivity=\"false\" level=\"INFO\"><appender-ref ref=\"$ref\"/></logger>"
+				done
+			fi
+			echo "  <root level=\"INFO\"><appender-ref ref=\"$name\"/></root>"
+			echo '</configuration>'
+		} >"$CONF_DIR/logback_$name.xml"
+	done
+}
+
+# logback_appender NAME: a size-rolled file appender for $RMQ_LOG_DIR/NAME.log.
+logback_appender() {
+	cat <<EOF
+  <appender name="$1" class="ch.qos.logback.core.rolling.RollingFileAppender">
+    <file>$RMQ_LOG_DIR/$1.log</file>
+    <rollingPolicy class="ch.qos.logback.core.rolling.FixedWindowRollingPolicy">
+      <fileNamePattern>$RMQ_LOG_DIR/$1.%i.log.gz</fileNamePattern>
+      <minIndex>1</minIndex>
+      <maxIndex>3</maxIndex>
+    </rollingPolicy>
+    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">
+      <maxFileSize>64MB</maxFileSize>
+    </triggeringPolicy>
+    <encoder><pattern>%d{yyyy-MM-dd HH:mm:ss,SSS} %p %t - %m%n</pattern><charset>UTF-8</charset></encoder>
+  </appender>
+EOF
 }
 
 java_flags() {
@@ -222,6 +398,26 @@ java_flags() {
 		# paths die with IllegalAccessError on JDK 16+ (seen with warmMapedFileEnable=true:
 		# the AllocateMappedFileService thread dies and every send then times out).
 		f+=(--add-exports=java.base/sun.nio.ch=ALL-UNNAMED)
+		if [[ ${ROCKETMQ_VERSION%%.*} == 4 ]]; then
+			# 4.x unmaps a file (MappedFile.clean: on shutdown, and when deleting
+			# expired or truncating dirty commit log, consume queue and index
+			# files) through reflection on java.nio.DirectByteBuffer.attachment()/
+			# cleaner() and jdk.internal.ref.Cleaner.clean(). On JDK 16+ each fails
+			# with InaccessibleObjectException unless both packages are opened:
+			# the shutdown hook dies half-way and leaves store/abort behind, so
+			# the next start recovers as after a crash. (5.x uses
+			# Unsafe.invokeCleaner instead.)
+			f+=(--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/jdk.internal.ref=ALL-UNNAMED)
+		fi
+	fi
+	if [[ ${ROCKETMQ_VERSION%%.*} == 4 ]]; then
+		# 4.x has the disk-full thresholds as system properties (fractions, default
+		# 0.90 / 0.85), not as settings: pass broker.conf's percentages that way.
+		local k v
+		for k in diskSpaceWarningLevelRatio diskSpaceCleanForciblyRatio; do
+			v=$(sed -n -E "s/^[[:space:]]*$k[[:space:]]*=[[:space:]]*([0-9]+)[[:space:]]*$/\1/p" "$ROOT/scripts/rocketmq/broker.conf" | tail -n 1)
+			[[ -z $v ]] || f+=("-Drocketmq.broker.$k=$(awk -v p="$v" 'BEGIN { printf "%.2f", p / 100 }')")
+		done
 	fi
 	printf '%s\n' "${f[@]}"
 }
@@ -270,6 +466,21 @@ wait_port() {
 	return 1
 }
 
+# refuse_foreign NAME HOST PORT: with TXMSG_RMQ_EXCLUSIVE=1, fail instead of
+# reusing a process this invocation's directory did not start, and name the
+# instance of this script that holds the port, if any.
+refuse_foreign() {
+	((EXCLUSIVE)) || return 0
+	local owner="" dir pid
+	for dir in "$CACHE_ROOT"/rocketmq/*/ "$CACHE_ROOT"/rocketmq/*/ports-*/; do
+		pid=$(cat "$dir$1.pid" 2>/dev/null) || continue
+		if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+			owner+=" ${dir%/} (pid $pid)"
+		fi
+	done
+	die "TXMSG_RMQ_EXCLUSIVE=1: $2:$3 is already served by a process not started for RocketMQ $ROCKETMQ_VERSION on these ports${owner:+; $1 JVMs started by this script:$owner}. Stop it first."
+}
+
 jar_start() {
 	local java
 	java=$(find_java) || die "no 'java' found: install a JDK 17 (apt-get install openjdk-17-jdk-headless) and maven, or Docker."
@@ -299,6 +510,7 @@ jar_start() {
 	if [[ -n $ns_pid ]]; then
 		log "namesrv already running (pid $ns_pid)"
 	elif port_open "$NS_HOST" "$NS_PORT"; then
+		refuse_foreign namesrv "$NS_HOST" "$NS_PORT"
 		log "port $NS_PORT is already served by a process this script did not start; will reuse it if it answers"
 		external+=(namesrv)
 	else
@@ -320,6 +532,7 @@ jar_start() {
 	if [[ -n $br_pid ]]; then
 		log "broker already running (pid $br_pid)"
 	elif port_open "$BROKER_HOST" "$BROKER_PORT"; then
+		refuse_foreign broker "$BROKER_HOST" "$BROKER_PORT"
 		log "port $BROKER_PORT is already served by a process this script did not start; will reuse it if it answers"
 		external+=(broker)
 	else
@@ -422,6 +635,21 @@ jar_status() {
 	return $rc
 }
 
+# jar_wipe: delete the store and logs of this version and ports, when neither
+# JVM of this instance runs and the ports are free.
+jar_wipe() {
+	mkdir -p "$RMQ_DIR"
+	exec 9>"$RMQ_DIR/.lock"
+	flock -w 600 9 || die "another rocketmq.sh holds $RMQ_DIR/.lock"
+	local name
+	for name in namesrv broker; do
+		pid_of "$name" >/dev/null && die "$name of RocketMQ $ROCKETMQ_VERSION on these ports is running: '$0 stop' first"
+	done
+	port_open "$BROKER_HOST" "$BROKER_PORT" && die "$BROKER_HOST:$BROKER_PORT is served by another process: not wiping $STORE_DIR"
+	rm -rf "$STORE_DIR" "$LOG_DIR"
+	log "deleted $STORE_DIR and $LOG_DIR"
+}
+
 # jar_signal VERB: kill, pause or resume the broker JVM started by this script.
 # No lock: a crash does not wait for a start in progress.
 jar_signal() {
@@ -461,7 +689,8 @@ docker_running() { # service
 }
 
 docker_start() {
-	[[ $NS_PORT == 9876 ]] || die "the Docker path publishes the name server on 9876 only (TXMSG_NAMESRV=$NAMESRV)"
+	[[ $NS_PORT == "$DEFAULT_NS_PORT" && $BROKER_PORT == "$DEFAULT_BROKER_PORT" ]] ||
+		die "the Docker path publishes the default ports only (name server $DEFAULT_NS_PORT, broker $DEFAULT_BROKER_PORT; got $NS_PORT and $BROKER_PORT): use TXMSG_ROCKETMQ_MODE=jar for other ports"
 	if docker_running namesrv && docker_running broker; then
 		log "containers namesrv and broker already running; re-checking readiness"
 	elif ! docker_running namesrv && ! docker_running broker &&
@@ -521,7 +750,7 @@ if ! is_loopback "$NS_HOST"; then
 		log "TXMSG_NAMESRV=$NAMESRV is not a loopback address: not starting anything, only checking it"
 		wait_ready
 		;;
-	stop | kill | pause | resume) log "TXMSG_NAMESRV=$NAMESRV is not local: nothing to $cmd" ;;
+	stop | kill | pause | resume | wipe) log "TXMSG_NAMESRV=$NAMESRV is not local: nothing to $cmd" ;;
 	owns) exit 1 ;;
 	status)
 		if port_open "$NS_HOST" "$NS_PORT"; then
@@ -547,10 +776,12 @@ jar:stop) jar_stop ;;
 jar:status) jar_status ;;
 jar:kill | jar:pause | jar:resume) jar_signal "$cmd" ;;
 jar:owns) pid_of broker >/dev/null ;;
+jar:wipe) jar_wipe ;;
 docker:start) docker_start ;;
 docker:stop) docker_stop ;;
 docker:status) docker_status ;;
 docker:kill | docker:pause | docker:resume) docker_signal "$cmd" ;;
 docker:owns) docker_running broker ;;
+docker:wipe) die "wipe is for the jar path: the containers keep their store inside and lose it when removed ('$0 stop')" ;;
 *) usage ;;
 esac

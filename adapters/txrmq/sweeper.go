@@ -18,7 +18,9 @@ import (
 )
 
 // CheckMaxTimeTopic is where the broker moves a half message after
-// transactionCheckMax unanswered check-backs.
+// transactionCheckMax unanswered check-backs. Brokers before RocketMQ 4.5.2
+// only log such a half message ("has been checked too many times, so discard
+// it") and drop it, so there is nothing to sweep.
 const CheckMaxTimeTopic = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 // DefaultHoldFor is SweeperConfig.HoldFor's default.
@@ -55,6 +57,9 @@ type SweeperConfig struct {
 // While the database is still unreachable the sweeper asks the broker to
 // deliver the half message again later; nothing is acknowledged without an
 // answer from the barrier.
+//
+// The sweeper needs RocketMQ 4.5.2 or later: older brokers drop a discarded
+// half message instead of moving it to CheckMaxTimeTopic.
 type Sweeper struct {
 	cfg    SweeperConfig
 	chk    *checker.Checker
@@ -165,7 +170,8 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	case err == nil:
 		s.pc = pc
 	case missing:
-		s.log.Info("the broker has not discarded any half message yet, so " + CheckMaxTimeTopic + " does not exist; looking for it in the background")
+		s.log.Info("the broker has not discarded any half message yet, so " + CheckMaxTimeTopic +
+			" does not exist; looking for it in the background (brokers before RocketMQ 4.5.2 never create it)")
 		s.wg.Add(1)
 		go s.awaitTopic()
 	default:
