@@ -49,6 +49,15 @@ type HookRelayBatch interface {
 	OnRelayBatch(ctx context.Context, size, failed int, took time.Duration)
 }
 
+// HookRelayUnavailable is called after a relay's Publish call in which
+// rows messages failed because the broker or the route to it was
+// unavailable (see [IsUnavailable]), err the first such error. Those rows
+// wait for the broker without counting an attempt, however long it stays
+// away. It follows the call's HookRelayBatch.
+type HookRelayUnavailable interface {
+	OnRelayUnavailable(ctx context.Context, rows int, err error)
+}
+
 // HookBeforeHandle is called before a consumer handles a message; the
 // returned context is the handler's (a tracing hook starts a span from the
 // message's trace properties here). Returning nil keeps ctx.
@@ -112,6 +121,15 @@ func (hs Hooks) RelayBatch(ctx context.Context, size, failed int, took time.Dura
 	for _, h := range hs {
 		if h, ok := h.(HookRelayBatch); ok {
 			safe(func() { h.OnRelayBatch(ctx, size, failed, took) })
+		}
+	}
+}
+
+// RelayUnavailable calls every HookRelayUnavailable.
+func (hs Hooks) RelayUnavailable(ctx context.Context, rows int, err error) {
+	for _, h := range hs {
+		if h, ok := h.(HookRelayUnavailable); ok {
+			safe(func() { h.OnRelayUnavailable(ctx, rows, err) })
 		}
 	}
 }
