@@ -37,12 +37,13 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 	var res cycleResult
 	err := r.inTx(ctx, func(tx *gorm.DB) error {
 		now := time.Now().UTC()
+		limit := r.claimLimit()
 		var found []*claimed
 		err := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
 			Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
 			Where("status = ? AND next_attempt_at <= ?", StatusPending, now).
 			Order("next_attempt_at, id").
-			Limit(r.cfg.BatchSize).
+			Limit(limit).
 			Find(&found).Error
 		if err != nil {
 			return fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
@@ -53,7 +54,7 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 		if ctx.Err() != nil {
 			return errAbandoned
 		}
-		rows, sizes := split(found)
+		rows, sizes := r.split(found)
 		results := notTried(len(rows))
 		b := r.newBudget()
 		all := make([]int, len(rows))
@@ -83,7 +84,7 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 		if err != nil {
 			return err
 		}
-		res.more = (len(rows) == r.cfg.BatchSize || cut) && sent > 0
+		res.more = (len(rows) == limit || cut) && sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
@@ -103,14 +104,32 @@ type claimed struct {
 	BodySize int `gorm:"column:body_size"`
 }
 
-func split(found []*claimed) ([]*Row, []int) {
+// split separates claimed rows and their body sizes, and keeps their mean
+// size for the next claim's limit.
+func (r *Relay) split(found []*claimed) ([]*Row, []int) {
 	rows := make([]*Row, len(found))
 	sizes := make([]int, len(found))
+	total := 0
 	for i, c := range found {
 		rows[i] = &c.Row
 		sizes[i] = c.BodySize
+		total += c.BodySize
+	}
+	if len(found) > 0 {
+		r.meanBody = total / len(found)
 	}
 	return rows, sizes
+}
+
+// claimLimit is how many rows a claim reads: BatchSize, or fewer when the
+// rows of the last claim were so large that BatchSize of them would be far
+// over ClaimBytes. Reading a row's body length costs the database a read
+// of the body, so a claim reads about as many rows as it can publish.
+func (r *Relay) claimLimit() int {
+	if r.meanBody <= 0 {
+		return r.cfg.BatchSize
+	}
+	return max(1, min(r.cfg.BatchSize, r.cfg.ClaimBytes/r.meanBody+1))
 }
 
 func notTried(n int) []error {

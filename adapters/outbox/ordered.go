@@ -47,8 +47,9 @@ func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
 // overtake it; waiting sees its outcome.
 func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error) {
 	var res cycleResult
+	limit := r.claimLimit()
 	err := r.inTx(ctx, func(tx *gorm.DB) error {
-		found, err := r.readBucket(ctx, tx, bucket, 0, nil)
+		found, err := r.readBucket(ctx, tx, bucket, 0, nil, limit)
 		if err != nil {
 			return err
 		}
@@ -63,19 +64,19 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		// on past it, leaving out the keys already seen. Each key still gets
 		// a prefix of its rows in id order.
 		window := found
-		for extra := 0; extra < extraWindows && len(window) == r.cfg.BatchSize; extra++ {
+		for extra := 0; extra < extraWindows && len(window) == limit; extra++ {
 			seen := map[string]bool{}
 			for _, row := range found {
 				if row.ShardingKey != "" {
 					seen[row.ShardingKey] = true
 				}
 			}
-			if window, err = r.readBucket(ctx, tx, bucket, found[len(found)-1].ID, seen); err != nil {
+			if window, err = r.readBucket(ctx, tx, bucket, found[len(found)-1].ID, seen, limit); err != nil {
 				return err
 			}
 			found = append(found, window...)
 		}
-		rows, sizes := split(found)
+		rows, sizes := r.split(found)
 		rounds := r.planRounds(rows, time.Now().UTC(), &res)
 		results := notTried(len(rows))
 		b := r.newBudget()
@@ -129,7 +130,7 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		if err != nil {
 			return err
 		}
-		res.more = (len(window) == r.cfg.BatchSize || cut) && sent > 0
+		res.more = (len(window) == limit || cut) && sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
@@ -153,10 +154,10 @@ func (r *Relay) leaseHeld(bucket int) bool {
 // reads in one bucket and cycle, past the keys of the first.
 const extraWindows = 2
 
-// readBucket locks and returns up to BatchSize pending rows of bucket with
-// ids above after, in id order, leaving out the keys in skip, without their
+// readBucket locks and returns up to limit pending rows of bucket with ids
+// above after, in id order, leaving out the keys in skip, without their
 // bodies.
-func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool) ([]*claimed, error) {
+func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool, limit int) ([]*claimed, error) {
 	q := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).
 		Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
@@ -168,7 +169,7 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 		q = q.Where("sharding_key NOT IN ?", keys)
 	}
 	var rows []*claimed
-	if err := q.Order("id").Limit(r.cfg.BatchSize).Find(&rows).Error; err != nil {
+	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
 	}
 	return rows, nil

@@ -42,6 +42,8 @@ type Relay struct {
 		since  time.Time
 	}
 	unavailable atomic.Pointer[outageState]
+	// meanBody is the mean body size of the last claim (Run's goroutine).
+	meanBody int
 
 	// afterPublish, set by tests, runs after a batch is published and
 	// before it is marked. An error simulates a crash at that point: the
