@@ -50,7 +50,9 @@ func (p *tries) least(ids []string) int {
 }
 
 // switchable publishes through the publisher it holds at the moment.
-type switchable struct{ p *atomic.Pointer[txrmq.Publisher] }
+type switchable struct {
+	p *atomic.Pointer[txrmq.Publisher]
+}
 
 func (s switchable) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	return s.p.Load().Publish(ctx, msgs...)
