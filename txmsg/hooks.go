@@ -53,7 +53,7 @@ type HookRelayBatch interface {
 // rows messages failed because the broker or the route to it was
 // unavailable (see [IsUnavailable]), err the first such error. Those rows
 // wait for the broker without counting an attempt, however long it stays
-// away. It follows the call's HookRelayBatch.
+// away. It comes just before the call's HookRelayBatch.
 type HookRelayUnavailable interface {
 	OnRelayUnavailable(ctx context.Context, rows int, err error)
 }
