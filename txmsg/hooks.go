@@ -63,6 +63,15 @@ type HookRelayBatch interface {
 	OnRelayBatch(ctx context.Context, size, failed int, took time.Duration)
 }
 
+// HookRelayUnavailable is called after a relay's Publish call in which
+// rows messages failed because the broker or the route to it was
+// unavailable (see [IsUnavailable]), err the first such error. Those rows
+// wait for the broker without counting an attempt, however long it stays
+// away. It comes just before the call's HookRelayBatch.
+type HookRelayUnavailable interface {
+	OnRelayUnavailable(ctx context.Context, rows int, err error)
+}
+
 // HookBeforeHandle is called before a consumer handles a message; the
 // returned context is the handler's (a tracing hook starts a span from the
 // message's trace properties here). Returning nil keeps ctx.
@@ -89,17 +98,18 @@ const (
 	kindLocalDone
 	kindCheckBack
 	kindRelayBatch
+	kindRelayUnavailable
 	kindBeforeHandle
 	kindConsumed
 	numHookKinds
 )
 
-var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnRelayBatch", "BeforeHandle", "OnConsumed"}
+var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed"}
 
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookBeforeHandle, HookConsumed:
+	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed:
 		return true
 	}
 	return false
@@ -118,7 +128,7 @@ func (hs Hooks) Validate() error {
 		case h == nil:
 			return fmt.Errorf("%w: hook %d is nil", ErrInvalidConfig, i)
 		case !isHook(h):
-			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookBeforeHandle, HookConsumed); check its method names and receivers", ErrInvalidConfig, i, h)
+			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed); check its method names and receivers", ErrInvalidConfig, i, h)
 		}
 	}
 	return nil
@@ -241,6 +251,15 @@ func (hs Hooks) RelayBatch(ctx context.Context, size, failed int, took time.Dura
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookRelayBatch); ok {
 			safe(hk, kindRelayBatch, func() { h.OnRelayBatch(ctx, size, failed, took) })
+		}
+	}
+}
+
+// RelayUnavailable calls every HookRelayUnavailable.
+func (hs Hooks) RelayUnavailable(ctx context.Context, rows int, err error) {
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookRelayUnavailable); ok {
+			safe(hk, kindRelayUnavailable, func() { h.OnRelayUnavailable(ctx, rows, err) })
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package txmsg
 
-import "context"
+import (
+	"context"
+	"errors"
+	"net"
+)
 
 // Publisher sends messages to a broker right away, with no transaction. The
 // local-table mode's relay publishes through it.
@@ -10,6 +14,42 @@ import "context"
 // [*BatchError] with one entry per message; any other error means none was
 // published. Messages keep their IDs, so a retry after an unclear failure
 // causes at most a duplicate, which consumers drop.
+//
+// Errors should say whether the broker was unavailable or refused a
+// message, by wrapping [ErrUnavailable] or [ErrRejected]: the outbox relay
+// counts only rejections toward a row's attempts.
 type Publisher interface {
 	Publish(ctx context.Context, msgs ...*Message) error
+}
+
+// Publish failures come in two kinds, and a Publisher says which by
+// wrapping one of these errors, so that a caller retrying on its own (the
+// outbox relay) can tell a message that will never go through from a
+// broker that is away for now.
+var (
+	// ErrUnavailable marks a failure of the broker or of the route to it,
+	// not of the message: connection refused, no route to the topic, a
+	// timeout, a name server that does not answer, a broker that is busy,
+	// flushing or not writable. The same message goes through once the
+	// broker is back; retrying it forever is right.
+	ErrUnavailable = errors.New("txmsg: broker unavailable")
+	// ErrRejected marks a failure of one message: the broker answered and
+	// refused that message (too large, an illegal property, a topic it
+	// forbids). Sending it again gets the same answer.
+	ErrRejected = errors.New("txmsg: message rejected by the broker")
+)
+
+// IsUnavailable reports whether a publish error is a failure of the broker
+// or the route rather than of the message: it wraps [ErrUnavailable], a
+// context deadline, or a network error, and wraps neither [ErrRejected]
+// nor [ErrInvalidMessage]. A rejection wins when an error wraps both.
+func IsUnavailable(err error) bool {
+	if err == nil || errors.Is(err, ErrRejected) || errors.Is(err, ErrInvalidMessage) {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
 }

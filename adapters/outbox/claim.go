@@ -22,33 +22,61 @@ var errNotTried = errors.New("outbox: not tried")
 var errAbandoned = errors.New("outbox: batch abandoned on shutdown")
 
 // cycleUnordered claims the due rows that no other relay holds, publishes
-// them in one call and marks them, all in one transaction.
+// them and marks them, all in one transaction.
 //
 // Rows are taken in (next_attempt_at, id) order: that is the order of the
 // (status, next_attempt_at, id) index, so the locking read stops after
 // BatchSize rows instead of locking every due row to sort them by id.
 // Without Ordered the order carries no promise anyway.
+//
+// The claim reads the rows without their bodies, then loads and publishes
+// them in Publish calls of at most PublishBytes, up to ClaimBytes in all
+// and for at most PublishTimeout before the last call starts; rows left
+// over stay pending for the next claim.
 func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 	var res cycleResult
 	err := r.inTx(ctx, func(tx *gorm.DB) error {
 		now := time.Now().UTC()
-		var rows []*Row
-		err := tx.WithContext(ctx).Table(r.cfg.Table).
+		limit := r.claimLimit()
+		var found []*claimed
+		err := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
 			Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
 			Where("status = ? AND next_attempt_at <= ?", StatusPending, now).
 			Order("next_attempt_at, id").
-			Limit(r.cfg.BatchSize).
-			Find(&rows).Error
+			Limit(limit).
+			Find(&found).Error
 		if err != nil {
 			return fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
 		}
-		if len(rows) == 0 {
+		if len(found) == 0 {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return errAbandoned
 		}
-		results := r.publishRows(ctx, rows, nil)
+		rows, sizes := r.split(found)
+		results := notTried(len(rows))
+		b := r.newBudget()
+		all := make([]int, len(rows))
+		for i := range all {
+			all[i] = i
+		}
+		cut := false
+		for len(all) > 0 {
+			if !b.open(ctx) {
+				cut = true
+				break
+			}
+			call, full := b.take(all, sizes)
+			if err := r.publishCall(ctx, tx, rows, call, results); err != nil {
+				return err
+			}
+			all = all[len(call):]
+			if full {
+				cut = true
+				break
+			}
+		}
 		if err := r.hookAfterPublish(ctx, rows, results); err != nil {
 			return err
 		}
@@ -56,13 +84,165 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 		if err != nil {
 			return err
 		}
-		res.more = len(rows) == r.cfg.BatchSize && sent > 0
+		res.more = (len(rows) == limit || cut) && sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
 		return res, nil
 	}
 	return res, err
+}
+
+// metaColumns are the columns a claim reads: every column but the body,
+// and the body's length instead.
+const metaColumns = "id, msg_id, topic, tag, `keys`, sharding_key, bucket, properties, status, attempts, " +
+	"next_attempt_at, last_error, created_at, updated_at, sent_at, LENGTH(body) AS body_size"
+
+// claimed is a claimed row without its body.
+type claimed struct {
+	Row
+	BodySize int `gorm:"column:body_size"`
+}
+
+// split separates claimed rows and their body sizes, and keeps their mean
+// size for the next claim's limit.
+func (r *Relay) split(found []*claimed) ([]*Row, []int) {
+	rows := make([]*Row, len(found))
+	sizes := make([]int, len(found))
+	total := 0
+	for i, c := range found {
+		rows[i] = &c.Row
+		sizes[i] = c.BodySize
+		total += c.BodySize
+	}
+	if len(found) > 0 {
+		r.meanBody = total / len(found)
+	}
+	return rows, sizes
+}
+
+// claimLimit is how many rows a claim reads: BatchSize, or fewer when the
+// rows of the last claim were so large that BatchSize of them would be far
+// over ClaimBytes. Reading a row's body length costs the database a read
+// of the body, so a claim reads about as many rows as it can publish.
+func (r *Relay) claimLimit() int {
+	if r.meanBody <= 0 {
+		return r.cfg.BatchSize
+	}
+	return max(1, min(r.cfg.BatchSize, r.cfg.ClaimBytes/r.meanBody+1))
+}
+
+func notTried(n int) []error {
+	results := make([]error, n)
+	for i := range results {
+		results[i] = errNotTried
+	}
+	return results
+}
+
+// claimBudget bounds one claim: the bytes of bodies it loads, the rows it
+// publishes, its Publish calls' bytes, and the time after which it starts
+// no new Publish call.
+type claimBudget struct {
+	bytes, rows  int
+	publishBytes int
+	deadline     time.Time
+	calls        int
+}
+
+func (r *Relay) newBudget() *claimBudget {
+	d := r.cfg.PublishTimeout
+	if r.cfg.Ordered {
+		d = min(d, r.cfg.LeaseTTL/2)
+	}
+	return &claimBudget{
+		bytes:        r.cfg.ClaimBytes,
+		rows:         r.cfg.BatchSize,
+		publishBytes: r.cfg.PublishBytes,
+		deadline:     time.Now().Add(d),
+	}
+}
+
+// open reports whether another Publish call may start: the first always
+// may, later ones while budget and time are left and Run is not stopping.
+func (b *claimBudget) open(ctx context.Context) bool {
+	if b.calls == 0 {
+		return true
+	}
+	return ctx.Err() == nil && b.bytes > 0 && b.rows > 0 && time.Now().Before(b.deadline)
+}
+
+// take returns the longest prefix of idx that fits one Publish call and
+// what is left of the claim's budget, and charges it. The claim's first
+// call takes at least one row, whatever its size. full is true when the
+// claim's budget stopped the prefix short of idx.
+func (b *claimBudget) take(idx []int, sizes []int) (call []int, full bool) {
+	callBytes := 0
+	n := 0
+	for ; n < len(idx); n++ {
+		size := sizes[idx[n]]
+		if n > 0 || b.calls > 0 {
+			if size > b.bytes || b.rows == 0 {
+				full = true
+				break
+			}
+			if n > 0 && callBytes+size > b.publishBytes {
+				break
+			}
+		}
+		callBytes += size
+		b.bytes -= size
+		b.rows--
+	}
+	b.calls++
+	return idx[:n], full
+}
+
+// publishCall loads the bodies of rows[i] for i in call, publishes them in
+// one Publish call, records the results and drops the bodies again.
+func (r *Relay) publishCall(ctx context.Context, tx *gorm.DB, rows []*Row, call []int, results []error) error {
+	if len(call) == 0 {
+		return nil
+	}
+	if err := r.loadBodies(ctx, tx, rows, call); err != nil {
+		return err
+	}
+	out := r.publishRows(ctx, rows, call)
+	for _, i := range call {
+		results[i] = out[i]
+		if r.afterPublish == nil {
+			rows[i].Body = nil
+		}
+	}
+	return nil
+}
+
+// loadBodies reads the bodies of rows[i] for i in idx; the rows are locked
+// by the claim already.
+func (r *Relay) loadBodies(ctx context.Context, tx *gorm.DB, rows []*Row, idx []int) error {
+	ids := make([]int64, len(idx))
+	at := make(map[int64]*Row, len(idx))
+	for j, i := range idx {
+		ids[j] = rows[i].ID
+		at[rows[i].ID] = rows[i]
+	}
+	var bodies []struct {
+		ID   int64
+		Body []byte
+	}
+	err := tx.WithContext(context.WithoutCancel(ctx)).Table(r.cfg.Table).Select("id, body").Where("id IN ?", ids).Find(&bodies).Error
+	if err != nil {
+		return fmt.Errorf("outbox: load %d bodies from %s: %w", len(ids), r.cfg.Table, err)
+	}
+	for _, b := range bodies {
+		if row := at[b.ID]; row != nil {
+			row.Body = b.Body
+			if row.Body == nil {
+				row.Body = []byte{}
+			}
+		}
+	}
+	return nil
 }
 
 // publishRows publishes rows[i] for each i in idx (all rows when idx is
@@ -130,10 +310,64 @@ func (r *Relay) publish(ctx context.Context, msgs []*txmsg.Message) (errs []erro
 	}
 	var be *txmsg.BatchError
 	if errors.As(err, &be) && len(be.Errs) == len(msgs) {
-		return be.Errs
+		errs = append([]error(nil), be.Errs...)
+	} else {
+		errs = fill(len(msgs), err)
 	}
-	return fill(len(msgs), err)
+	r.classify(ctx, errs)
+	return errs
 }
+
+// classify decides, for each failed message of one Publish call, whether
+// the broker refused the message, which counts toward MaxAttempts, or the
+// broker or the route failed, which does not: such errors are wrapped as
+// [txmsg.ErrUnavailable]. A Publisher says which by wrapping
+// txmsg.ErrRejected or txmsg.ErrUnavailable; an error that says neither
+// is a broker failure when every message of the call failed the same way,
+// and the message's own failure otherwise.
+func (r *Relay) classify(ctx context.Context, errs []error) {
+	same := true
+	for _, e := range errs {
+		if e == nil || e.Error() != errs[0].Error() {
+			same = false
+			break
+		}
+	}
+	waiting := 0
+	var first error
+	for i, e := range errs {
+		switch {
+		case e == nil || rejected(e):
+			continue
+		case txmsg.IsUnavailable(e):
+		case same:
+			errs[i] = &brokerError{err: e}
+		default:
+			continue
+		}
+		waiting++
+		if first == nil {
+			first = e
+		}
+	}
+	if waiting > 0 {
+		r.cfg.Hooks.RelayUnavailable(ctx, waiting, first)
+	}
+}
+
+// rejected reports whether err is a failure of the message itself.
+func rejected(err error) bool {
+	var pe *txmsg.PanicError
+	return errors.Is(err, txmsg.ErrRejected) || errors.Is(err, txmsg.ErrInvalidMessage) || errors.As(err, &pe)
+}
+
+// brokerError marks an unclassified error that failed a whole Publish
+// call as the broker's.
+type brokerError struct{ err error }
+
+func (e *brokerError) Error() string        { return e.err.Error() }
+func (e *brokerError) Unwrap() error        { return e.err }
+func (e *brokerError) Is(target error) bool { return target == txmsg.ErrUnavailable }
 
 func fill(n int, err error) []error {
 	errs := make([]error, n)
@@ -164,18 +398,26 @@ func (r *Relay) hookAfterPublish(ctx context.Context, rows []*Row, results []err
 type failGroup struct {
 	attempts int
 	dead     bool
+	waiting  bool
 	msg      string
 }
 
+// waitingPrefix starts the last_error of a row whose last publish failed
+// because the broker or the route was unavailable; Stats counts them.
+const waitingPrefix = "waiting for the broker: "
+
 // mark records the results of a batch in the claim transaction: published
-// rows become sent; failed rows count an attempt and back off, or become
-// dead after MaxAttempts. It returns how many rows were sent.
+// rows become sent; rows the broker refused count an attempt and back off,
+// or become dead after MaxAttempts; rows that failed because the broker or
+// the route was unavailable back off without counting an attempt, by the
+// relay's own count of failing cycles, and are never dead. It returns how
+// many rows were sent.
 func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 	now := time.Now().UTC()
 	var sent []int64
 	groups := map[failGroup][]int64{}
-	var firstErr error
-	failed := 0
+	var firstErr, firstWait error
+	failed, waiting := 0, 0
 	for i, row := range rows {
 		err := results[i]
 		switch {
@@ -185,6 +427,13 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 				r.log.Debug("published", "txmsg_id", row.MsgID, "topic", row.Topic, "state", StatusSent)
 			}
 		case errors.Is(err, errNotTried):
+		case txmsg.IsUnavailable(err):
+			waiting++
+			if firstWait == nil {
+				firstWait = err
+			}
+			g := failGroup{attempts: row.Attempts, waiting: true, msg: truncate(waitingPrefix+err.Error(), maxErrorLen)}
+			groups[g] = append(groups[g], row.ID)
 		default:
 			failed++
 			if firstErr == nil {
@@ -198,6 +447,11 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 					"txmsg_id", row.MsgID, "topic", row.Topic, "state", StatusDead, "attempts", g.attempts, "err", err)
 			}
 		}
+	}
+	r.cycle.sent += len(sent)
+	r.cycle.waiting += waiting
+	if waiting > 0 && r.cycle.err == nil {
+		r.cycle.err = firstWait
 	}
 	if len(sent) > 0 {
 		err := tx.Table(r.cfg.Table).Where("id IN ?", sent).Updates(map[string]any{
@@ -217,10 +471,16 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 			"last_error": g.msg,
 			"updated_at": now,
 		}
-		if g.dead {
+		var d time.Duration
+		switch {
+		case g.dead:
 			set["status"] = StatusDead
-		} else {
-			d := jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, g.attempts))
+		case g.waiting:
+			d = jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, r.outage.streak+1))
+		default:
+			d = jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, g.attempts))
+		}
+		if !g.dead {
 			set["next_attempt_at"] = now.Add(d)
 			if retryIn == 0 || d < retryIn {
 				retryIn = d
@@ -232,6 +492,10 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 	}
 	if failed > 0 {
 		r.log.Warn("publish failed; rows back off", "failed", failed, "sent", len(sent), "retry_in", retryIn, "err", firstErr)
+	}
+	if waiting > 0 {
+		r.log.Warn("broker unavailable; rows wait without counting an attempt", "waiting", waiting, "sent", len(sent),
+			"retry_in", retryIn, "err", firstWait)
 	}
 	return len(sent), nil
 }

@@ -19,6 +19,8 @@ const (
 	DefaultBatchSize      = 500
 	DefaultPollInterval   = time.Second
 	DefaultPublishTimeout = 30 * time.Second
+	DefaultClaimBytes     = 16 << 20
+	DefaultPublishBytes   = 4 << 20
 	DefaultMaxAttempts    = 20
 	DefaultMinBackoff     = time.Second
 	DefaultMaxBackoff     = 5 * time.Minute
@@ -116,17 +118,39 @@ type RelayConfig struct {
 	// bound) and is marked, so shutdown causes no needless duplicates.
 	// Default [DefaultPublishTimeout] (30 s).
 	PublishTimeout time.Duration
-	// MaxAttempts is how many failed attempts make a row dead. Default
-	// [DefaultMaxAttempts] (20); negative means rows are retried forever.
+	// ClaimBytes bounds the message bodies one claim loads: a claim reads
+	// its rows without bodies and loads them as it publishes, up to this
+	// many bytes; rows beyond stay pending for the next claim. A claim
+	// always takes at least one row, so it holds at most
+	// max(ClaimBytes, the largest body) of bodies. Default
+	// [DefaultClaimBytes] (16 MiB).
+	ClaimBytes int
+	// PublishBytes bounds the bodies of one Publish call; a row larger
+	// than it goes alone. Default [DefaultPublishBytes] (4 MiB, the
+	// broker's default maxMessageSize).
+	PublishBytes int
+	// MaxAttempts is how many times the broker may refuse a row before it
+	// is dead. Default [DefaultMaxAttempts] (20); negative means rows are retried forever. Only
+	// failures of the message count (the publisher's error wraps
+	// txmsg.ErrRejected or txmsg.ErrInvalidMessage, or the publisher
+	// panicked, or the message failed while others of the same call went
+	// through). Failures of the broker or the route (txmsg.IsUnavailable,
+	// or every message of the call failing the same unclassified way)
+	// never count: the rows wait for the broker however long it stays
+	// away, backing off up to MaxBackoff, and Stats.Waiting, Relay.Health
+	// and txmsg.HookRelayUnavailable show it.
 	MaxAttempts int
 	// MinBackoff is the delay after a row's first failure; each further
 	// failure doubles it, up to MaxBackoff, with jitter (the delay is drawn
-	// from [d/2, d]). Default [DefaultMinBackoff] (1 s).
+	// from [d/2, d]). While the broker is unavailable the delay grows the
+	// same way with the relay's count of cycles that failed in a row.
+	// Default [DefaultMinBackoff] (1 s).
 	MinBackoff time.Duration
 	// MaxBackoff caps the delay between attempts. Default
 	// [DefaultMaxBackoff] (5 min): with the
-	// default MinBackoff and MaxAttempts a row is retried for about an hour
-	// before it is dead.
+	// default MinBackoff and MaxAttempts a row the broker keeps refusing
+	// is retried for about an hour before it is dead; a row waiting for
+	// the broker is retried every MaxBackoff at the latest, forever.
 	MaxBackoff time.Duration
 	// Retention is how long sent rows are kept before the relay purges them.
 	// Default [DefaultRetention] (24 h); negative means never.
@@ -147,6 +171,9 @@ type RelayConfig struct {
 	// A row that fails holds back the later rows of its key until it is
 	// published or dead; other keys go on.
 	//
+	// A row waiting for an unavailable broker never goes dead, so it holds
+	// back the later rows of its key until the broker takes it.
+	//
 	// Limits: a row that goes dead stops holding back later rows of its
 	// key, so they are published without it, and a requeued dead row comes
 	// after them. A relay works through its buckets one at a time and waits
@@ -154,7 +181,11 @@ type RelayConfig struct {
 	// row in it: with Transact the row is inserted just before COMMIT; with
 	// EnqueueTx, commit soon after the call. Publishing goes round by round,
 	// at most one message per key per Publish call, so a hot key publishes
-	// one message per broker round trip.
+	// one message per broker round trip. One claim of a bucket runs at most
+	// 64 rounds, BatchSize rows and ClaimBytes of bodies, starts no round
+	// after min(PublishTimeout, LeaseTTL/2) and none once its lease of the
+	// bucket has less than LeaseTTL/4 left; the rest waits for the next
+	// claim, so a hot key's backlog never keeps one transaction open.
 	Ordered bool
 	// Buckets is how many buckets keys are hashed into. It must equal the
 	// Outbox's Config.Buckets. Default: Outbox's, else [DefaultBuckets].
@@ -202,7 +233,7 @@ func (c *RelayConfig) validate() error {
 	if err := validTable("relay", c.Table); err != nil {
 		return err
 	}
-	if c.BatchSize < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 ||
+	if c.BatchSize < 0 || c.ClaimBytes < 0 || c.PublishBytes < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 ||
 		c.PurgeInterval < 0 || c.PurgeBatch < 0 || c.Buckets < 0 || c.LeaseTTL < 0 || c.SettleDelay < 0 {
 		return fmt.Errorf("%w: relay: sizes and durations must not be negative", txmsg.ErrInvalidConfig)
 	}
@@ -219,6 +250,8 @@ func (c *RelayConfig) validate() error {
 	setDefault(&c.BatchSize, DefaultBatchSize)
 	setDefault(&c.PollInterval, DefaultPollInterval)
 	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
+	setDefault(&c.ClaimBytes, DefaultClaimBytes)
+	setDefault(&c.PublishBytes, DefaultPublishBytes)
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.MinBackoff, DefaultMinBackoff)
 	setDefault(&c.MaxBackoff, DefaultMaxBackoff)

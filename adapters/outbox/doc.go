@@ -31,6 +31,20 @@
 // they are published again, and consumers drop the duplicates. There is no
 // "last id seen" cursor: auto-increment ids commit out of order.
 //
+// A claim reads its rows without bodies and loads the bodies as it
+// publishes, within [RelayConfig.ClaimBytes] and
+// [RelayConfig.PublishBytes], so a relay's memory does not grow with
+// BatchSize × body size.
+//
+// # Failures
+//
+// A row the broker refuses (the Publisher's error wraps txmsg.ErrRejected
+// or txmsg.ErrInvalidMessage) counts an attempt and is dead after
+// [RelayConfig.MaxAttempts]. A row that failed because the broker or the
+// route was unavailable ([txmsg.IsUnavailable]) counts nothing: it waits,
+// backing off up to MaxBackoff, however long the outage lasts, and shows in
+// [Stats].Waiting, [Relay.Health] and txmsg.HookRelayUnavailable.
+//
 // # Ordered mode
 //
 // With [RelayConfig.Ordered], rows with the same sharding key are published
@@ -39,7 +53,8 @@
 // relay reads a bucket's pending rows in id order with a blocking locking
 // read, so it waits for a writer whose outbox row is not committed yet
 // instead of skipping it. A row that fails holds back the later rows of its
-// key; a row that goes dead stops holding them back. See [RelayConfig] for
+// key, and a row waiting for the broker never stops doing so; a row that
+// goes dead stops holding them back. See [RelayConfig] for
 // the limits.
 //
 // # Database

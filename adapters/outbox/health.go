@@ -16,10 +16,14 @@ import (
 // dead.
 var ErrLagging = errors.New("outbox: relay is lagging")
 
-// Health reports whether the relay is keeping up: Run is running, the
-// database answers, and the oldest pending row of the table is at most
-// MaxLag old. It returns nil when healthy; otherwise an error naming the
-// failing part, wrapping [ErrLagging] for lag. It is meant for readiness
+// Health reports whether the relay is keeping up: Run is running, its
+// publishes reach the broker, the database answers, and the oldest pending
+// row of the table is at most MaxLag old. It returns nil when healthy;
+// otherwise an error naming the failing part, wrapping
+// [txmsg.ErrUnavailable] while the relay's publishes fail because the
+// broker or the route is unavailable (from the first cycle that only
+// waited for the broker to the first that published again), and
+// [ErrLagging] for lag. It is meant for readiness
 // and liveness probes and costs one query over the pending rows, bounded
 // by ctx.
 //
@@ -28,6 +32,10 @@ var ErrLagging = errors.New("outbox: relay is lagging")
 func (r *Relay) Health(ctx context.Context) error {
 	if !r.running.Load() {
 		return fmt.Errorf("outbox: relay %s is not running: %w", r.cfg.Name, txmsg.ErrNotStarted)
+	}
+	if o := r.unavailable.Load(); o != nil {
+		return fmt.Errorf("%w: relay %s cannot reach the broker since %s (%s); %d rows wait without counting attempts: %s",
+			txmsg.ErrUnavailable, r.cfg.Name, o.since.UTC().Format(time.RFC3339), time.Since(o.since).Round(time.Second), o.waiting, o.err)
 	}
 	var row struct{ Oldest sql.NullTime }
 	err := r.db.WithContext(ctx).Table(r.cfg.Table).Where("status = ?", StatusPending).

@@ -2,7 +2,7 @@ package outbox
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,13 +12,14 @@ import (
 )
 
 // TestRelayHealth checks each way a relay is unhealthy: not running, a
-// pending row older than MaxLag, a database that does not answer.
+// pending row older than MaxLag, a database that does not answer. (A
+// broker that is unavailable: TestRelayBrokerOutage.)
 func TestRelayHealth(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	ctx := context.Background()
 	pub := newMemPublisher()
-	pub.setFail(func(*txmsg.Message) error { return errors.New("broker down") })
+	pub.setFail(func(*txmsg.Message) error { return fmt.Errorf("%w: refused", txmsg.ErrRejected) })
 	r := e.relay(pub, RelayConfig{MaxLag: time.Minute, MaxAttempts: -1})
 	require.ErrorIs(t, r.Health(ctx), txmsg.ErrNotStarted)
 

@@ -15,19 +15,25 @@ type Stats struct {
 	// is pending. A growing value means the relays fall behind or the
 	// broker is failing.
 	OldestPending time.Duration
+	// Waiting counts the pending rows whose last publish failed because
+	// the broker or the route was unavailable. They count no attempt and
+	// never go dead; they go out when the broker is back.
+	Waiting int64
 }
 
-// Stats counts the rows by status and measures the oldest pending row,
-// in one statement.
+// Stats counts the rows by status, the pending rows waiting for the
+// broker, and measures the oldest pending row, in one statement.
 func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var groups []struct {
-		Status Status
-		N      int64
-		Oldest sql.NullTime
+		Status  Status
+		N       int64
+		Oldest  sql.NullTime
+		Waiting int64
 	}
 	err := o.db.WithContext(ctx).Table(o.cfg.Table).
-		Select("status, COUNT(*) AS n, MIN(created_at) AS oldest").Group("status").Scan(&groups).Error
+		Select("status, COUNT(*) AS n, MIN(created_at) AS oldest, COALESCE(SUM(last_error LIKE ?), 0) AS waiting", waitingPrefix+"%").
+		Group("status").Scan(&groups).Error
 	if err != nil {
 		return s, fmt.Errorf("outbox: stats of %s: %w", o.cfg.Table, err)
 	}
@@ -35,6 +41,7 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 		switch g.Status {
 		case StatusPending:
 			s.Pending = g.N
+			s.Waiting = g.Waiting
 			if g.Oldest.Valid {
 				s.OldestPending = max(time.Since(g.Oldest.Time), 0)
 			}

@@ -8,6 +8,8 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/txmsg/txmsg/txmsg"
 )
 
 // cycleOrdered renews leases when due and then works through each bucket
@@ -45,12 +47,13 @@ func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
 // overtake it; waiting sees its outcome.
 func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error) {
 	var res cycleResult
+	limit := r.claimLimit()
 	err := r.inTx(ctx, func(tx *gorm.DB) error {
-		rows, err := r.readBucket(ctx, tx, bucket, 0, nil)
+		found, err := r.readBucket(ctx, tx, bucket, 0, nil, limit)
 		if err != nil {
 			return err
 		}
-		if len(rows) == 0 {
+		if len(found) == 0 {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -60,28 +63,30 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		// starve the other keys of the bucket: when the window is full, read
 		// on past it, leaving out the keys already seen. Each key still gets
 		// a prefix of its rows in id order.
-		window := rows
-		for extra := 0; extra < extraWindows && len(window) == r.cfg.BatchSize; extra++ {
+		window := found
+		for extra := 0; extra < extraWindows && len(window) == limit; extra++ {
 			seen := map[string]bool{}
-			for _, row := range rows {
+			for _, row := range found {
 				if row.ShardingKey != "" {
 					seen[row.ShardingKey] = true
 				}
 			}
-			if window, err = r.readBucket(ctx, tx, bucket, rows[len(rows)-1].ID, seen); err != nil {
+			if window, err = r.readBucket(ctx, tx, bucket, found[len(found)-1].ID, seen, limit); err != nil {
 				return err
 			}
-			rows = append(rows, window...)
+			found = append(found, window...)
 		}
+		rows, sizes := r.split(found)
 		rounds := r.planRounds(rows, time.Now().UTC(), &res)
-		results := make([]error, len(rows))
-		for i := range results {
-			results[i] = errNotTried
-		}
+		results := notTried(len(rows))
+		b := r.newBudget()
 		stopped := map[string]bool{}
+		cut := false
+	rounds:
 		for n, round := range rounds {
-			if n > 0 && ctx.Err() != nil {
-				break // shutting down: mark what was published
+			if n > 0 && (n >= maxClaimRounds || !r.leaseHeld(bucket)) {
+				cut = true
+				break
 			}
 			var idx []int
 			for _, i := range round {
@@ -89,14 +94,32 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 					idx = append(idx, i)
 				}
 			}
-			if len(idx) == 0 {
-				continue
-			}
-			out := r.publishRows(ctx, rows, idx)
-			for _, i := range idx {
-				results[i] = out[i]
-				if out[i] != nil && rows[i].ShardingKey != "" {
-					stopped[rows[i].ShardingKey] = true
+			// A round holds at most one row per key, so splitting it into
+			// several Publish calls keeps each key's order; a round cut
+			// short by the budget ends the claim, so no later row of a key
+			// left out goes first.
+			for len(idx) > 0 {
+				if !b.open(ctx) {
+					cut = true
+					break rounds
+				}
+				call, full := b.take(idx, sizes)
+				if err := r.publishCall(ctx, tx, rows, call, results); err != nil {
+					return err
+				}
+				idx = idx[len(call):]
+				waiting := false
+				for _, i := range call {
+					if results[i] != nil && rows[i].ShardingKey != "" {
+						stopped[rows[i].ShardingKey] = true
+					}
+					waiting = waiting || txmsg.IsUnavailable(results[i])
+				}
+				if full || waiting {
+					// Out of budget, or the broker is away: the rest of the
+					// bucket waits for the next claim.
+					cut = full
+					break rounds
 				}
 			}
 		}
@@ -107,7 +130,7 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		if err != nil {
 			return err
 		}
-		res.more = len(window) == r.cfg.BatchSize && sent > 0
+		res.more = (len(window) == limit || cut) && sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
@@ -116,14 +139,26 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 	return res, err
 }
 
+// maxClaimRounds bounds the rounds, and so the broker round trips of a hot
+// key, in one claim of a bucket.
+const maxClaimRounds = 64
+
+// leaseHeld reports whether this relay's lease of bucket has more than a
+// quarter of its TTL left, enough to start another round.
+func (r *Relay) leaseHeld(bucket int) bool {
+	exp, ok := r.lease.owned[bucket]
+	return ok && time.Until(exp) > r.cfg.LeaseTTL/4
+}
+
 // extraWindows is how many more windows of BatchSize rows an ordered relay
 // reads in one bucket and cycle, past the keys of the first.
 const extraWindows = 2
 
-// readBucket locks and returns up to BatchSize pending rows of bucket with
-// ids above after, in id order, leaving out the keys in skip.
-func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool) ([]*Row, error) {
-	q := tx.WithContext(ctx).Table(r.cfg.Table).
+// readBucket locks and returns up to limit pending rows of bucket with ids
+// above after, in id order, leaving out the keys in skip, without their
+// bodies.
+func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool, limit int) ([]*claimed, error) {
+	q := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).
 		Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
 	if len(skip) > 0 {
@@ -133,8 +168,8 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 		}
 		q = q.Where("sharding_key NOT IN ?", keys)
 	}
-	var rows []*Row
-	if err := q.Order("id").Limit(r.cfg.BatchSize).Find(&rows).Error; err != nil {
+	var rows []*claimed
+	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
 	}
 	return rows, nil

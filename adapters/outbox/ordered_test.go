@@ -163,7 +163,7 @@ func TestOrderedFailingKeyHoldsOnlyItself(t *testing.T) {
 	failing.Store(true)
 	pub.setFail(func(m *txmsg.Message) error {
 		if failing.Load() && string(m.Body) == "bad:0" {
-			return errors.New("rejected")
+			return fmt.Errorf("%w: bad:0", txmsg.ErrRejected)
 		}
 		return nil
 	})

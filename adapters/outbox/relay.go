@@ -29,10 +29,33 @@ type Relay struct {
 	running atomic.Bool
 	lease   leaseState // touched only by Run's goroutine
 
+	// cycle counts what the marks of the current cycle saw, and outage
+	// how long the broker has been failing this relay; both are touched
+	// only by Run's goroutine. unavailable is the outage as Health reports
+	// it, nil while publishes succeed.
+	cycle struct {
+		sent, waiting int
+		err           error
+	}
+	outage struct {
+		streak int
+		since  time.Time
+	}
+	unavailable atomic.Pointer[outageState]
+	// meanBody is the mean body size of the last claim (Run's goroutine).
+	meanBody int
+
 	// afterPublish, set by tests, runs after a batch is published and
 	// before it is marked. An error simulates a crash at that point: the
 	// claim transaction rolls back and Run returns the error.
 	afterPublish func(ctx context.Context, msgs []*txmsg.Message) error
+}
+
+// outageState is a broker outage seen by a relay.
+type outageState struct {
+	since   time.Time
+	waiting int
+	err     string
 }
 
 // crashError carries afterPublish's error out of Run.
@@ -107,6 +130,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		var res cycleResult
 		var err error
+		r.cycle.sent, r.cycle.waiting, r.cycle.err = 0, 0, nil
 		if r.cfg.Ordered {
 			res, err = r.cycleOrdered(ctx)
 		} else {
@@ -130,6 +154,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Info("relay recovered", "failures", failures)
 			failures = 0
 		}
+		r.trackOutage()
 		if res.more {
 			continue
 		}
@@ -140,6 +165,27 @@ func (r *Relay) Run(ctx context.Context) error {
 		sleep(ctx, wake, d)
 	}
 	return nil
+}
+
+// trackOutage updates the relay's view of a broker outage after a cycle:
+// a cycle whose publishes only waited for the broker extends it (and the
+// backoff of the rows that wait), one that published and waited for
+// nothing ends it.
+func (r *Relay) trackOutage() {
+	c := r.cycle
+	switch {
+	case c.waiting > 0 && c.sent == 0:
+		if r.outage.streak == 0 {
+			r.outage.since = time.Now()
+			r.log.Warn("broker unavailable; pending rows wait for it without counting attempts", "waiting", c.waiting, "err", c.err)
+		}
+		r.outage.streak++
+		r.unavailable.Store(&outageState{since: r.outage.since, waiting: c.waiting, err: c.err.Error()})
+	case c.sent > 0 && c.waiting == 0 && r.outage.streak > 0:
+		r.log.Info("broker available again", "unavailable_for", time.Since(r.outage.since).Round(time.Millisecond))
+		r.outage.streak = 0
+		r.unavailable.Store(nil)
+	}
 }
 
 // cycleResult tells Run when to look again.

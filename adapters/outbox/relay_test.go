@@ -82,21 +82,22 @@ func TestRelayBrokerOutage(t *testing.T) {
 		}
 		return nil
 	})
-	start(t, e.relay(pub, RelayConfig{MinBackoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond, BatchSize: 20}))
+	r := e.relay(pub, RelayConfig{MinBackoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond, BatchSize: 20, MaxAttempts: 2})
+	start(t, r)
 	ids := e.send(50, "outage")
 
-	require.Eventually(t, func() bool {
-		rows := e.rows("attempts >= 2")
-		return len(rows) == 50
-	}, waitFor, tick, "every row fails and backs off")
-	for _, row := range e.rows("") {
-		require.Equal(t, StatusPending, row.Status)
-		require.Contains(t, row.LastError, "broker unavailable")
-	}
+	require.Eventually(t, func() bool { return e.stats().Waiting == 50 }, waitFor, tick, "every row fails and waits")
+	require.ErrorIs(t, r.Health(context.Background()), txmsg.ErrUnavailable)
 	// Backing off: at some moment a row waits for a later attempt.
 	require.Eventually(t, func() bool {
 		return len(e.rows("next_attempt_at > ?", time.Now().UTC())) > 0
 	}, waitFor, tick)
+	time.Sleep(time.Second) // many more failed cycles than MaxAttempts
+	for _, row := range e.rows("") {
+		require.Equal(t, StatusPending, row.Status)
+		require.Zero(t, row.Attempts, "a broker failure counts no attempt")
+		require.Contains(t, row.LastError, "broker unavailable")
+	}
 	require.Zero(t, pub.distinct())
 
 	down.Store(false)
@@ -107,6 +108,8 @@ func TestRelayBrokerOutage(t *testing.T) {
 	for _, row := range e.rows("") {
 		require.Empty(t, row.LastError)
 	}
+	require.Zero(t, e.stats().Waiting)
+	require.NoError(t, r.Health(context.Background()))
 }
 
 // TestRelayPartialBatchFailure: a BatchError fails only its failed rows.
@@ -146,7 +149,7 @@ func TestRelayPoisonGoesDead(t *testing.T) {
 	reject.Store(true)
 	pub.setFail(func(m *txmsg.Message) error {
 		if string(m.Body) == "poison-1" && reject.Load() {
-			return errors.New("message rejected: bad property")
+			return fmt.Errorf("%w: bad property", txmsg.ErrRejected)
 		}
 		return nil
 	})

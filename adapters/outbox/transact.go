@@ -2,8 +2,10 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"gorm.io/gorm"
@@ -11,6 +13,10 @@ import (
 	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
+
+// ErrNotInTransaction means [Outbox.EnqueueTx] was given a handle that is
+// not inside a database transaction; nothing was written.
+var ErrNotInTransaction = errors.New("outbox: EnqueueTx needs a handle inside a transaction (from db.Transaction or db.Begin)")
 
 // insertChunkBytes bounds the bodies of one multi-row INSERT, well under
 // MySQL's default max_allowed_packet.
@@ -91,9 +97,20 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 // when tx commits: call [Outbox.Notify] after the commit, or let the relays
 // find them at their next poll. Inside [Outbox.Transact]'s local function
 // there is no need: Transact notifies after its commit.
+//
+// tx must be inside a transaction: the handle passed to db.Transaction's
+// function, one from db.Begin, or one derived from them. A plain handle
+// would commit the rows on their own, apart from any business write, so
+// EnqueueTx refuses it with [ErrNotInTransaction] before writing anything.
 func (o *Outbox) EnqueueTx(ctx context.Context, tx *gorm.DB, msgs ...*txmsg.Message) error {
 	if tx == nil {
 		return fmt.Errorf("%w: outbox: EnqueueTx needs a transaction", txmsg.ErrInvalidConfig)
+	}
+	if tx.Error != nil {
+		return fmt.Errorf("outbox: enqueue: %w", tx.Error)
+	}
+	if !inTransaction(tx) {
+		return ErrNotInTransaction
 	}
 	rows, err := o.prepare(msgs)
 	if err != nil {
@@ -104,6 +121,16 @@ func (o *Outbox) EnqueueTx(ctx context.Context, tx *gorm.DB, msgs ...*txmsg.Mess
 	}
 	assignIDs(msgs, rows)
 	return o.insert(ctx, tx, rows)
+}
+
+// inTransaction reports whether tx runs inside a transaction, the way
+// gorm itself decides it: its connection can commit.
+func inTransaction(tx *gorm.DB) bool {
+	if tx.Statement == nil {
+		return false
+	}
+	c, ok := tx.Statement.ConnPool.(gorm.TxCommitter)
+	return ok && c != nil && !reflect.ValueOf(c).IsNil()
 }
 
 // prepare validates msgs and builds their rows, without IDs. Nothing is

@@ -325,3 +325,39 @@ func TestIDsDifferingInCaseAreDistinct(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(e.rows("status = ?", StatusSent)) == len(ids) }, waitFor, tick)
 }
+
+// TestEnqueueTxRefusesPlainHandle: a *gorm.DB that is not inside a
+// transaction is refused before anything is written. Given one, the rows
+// would be committed chunk by chunk on their own, with no business write
+// to tie them to: a failure halfway would leave part of the batch.
+func TestEnqueueTxRefusesPlainHandle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("b"), 300<<10)
+	dup := txmsg.NewID()
+	msgs := []*txmsg.Message{{Topic: e.topic, Body: body, ID: dup}}
+	for range 6 { // more than one INSERT; the last repeats the first ID
+		msgs = append(msgs, &txmsg.Message{Topic: e.topic, Body: body})
+	}
+	msgs = append(msgs, &txmsg.Message{Topic: e.topic, Body: body, ID: dup})
+
+	for name, h := range map[string]*gorm.DB{
+		"db":          e.db,
+		"WithContext": e.db.WithContext(ctx),
+		"Session":     e.db.Session(&gorm.Session{}),
+		"Table":       e.db.Table("orders"),
+	} {
+		err := e.ob.EnqueueTx(ctx, h, msgs...)
+		require.ErrorIs(t, err, ErrNotInTransaction, name)
+		require.Zero(t, e.count(e.ob.Table()), "%s: nothing written", name)
+	}
+
+	// A transaction from Begin, and handles derived from one, are fine.
+	tx := e.db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, e.ob.EnqueueTx(ctx, tx, e.msg("begin")))
+	require.NoError(t, e.ob.EnqueueTx(ctx, tx.WithContext(ctx).Session(&gorm.Session{}), e.msg("derived")))
+	require.NoError(t, tx.Commit().Error)
+	require.EqualValues(t, 2, e.count(e.ob.Table()))
+}

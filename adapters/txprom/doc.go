@@ -25,6 +25,8 @@
 //	txmsg_relay_messages_total{result}              counter   relayed messages (result published|failed)
 //	txmsg_relay_batch_size                          histogram messages per batch
 //	txmsg_relay_publish_seconds                     histogram time to publish one batch
+//	txmsg_relay_unavailable_total                   counter   relayed messages that failed because the broker or route was unavailable (they wait, no attempt counted)
+//	txmsg_relay_broker_unavailable                  gauge     1 after a relay publish failed for the broker's sake, 0 after one went through
 //	txmsg_consumer_messages_total{group,topic,outcome} counter messages a consumer decided about (outcome handled|duplicate|parked|failed)
 //	txmsg_consumer_handle_seconds{group,topic}      histogram decode + dedupe + handler + commit
 //
@@ -32,5 +34,6 @@
 //
 //	txmsg_outbox_rows{table,status}                 gauge     rows by status (pending|sent|dead)
 //	txmsg_outbox_oldest_pending_age_seconds{table}  gauge     age of the oldest pending row, 0 when none
+//	txmsg_outbox_waiting_rows{table}                gauge     pending rows whose last publish failed because the broker was unavailable
 //	txmsg_outbox_stats_up{table}                    gauge     1 when the last scrape's query succeeded
 package txprom

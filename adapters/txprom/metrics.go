@@ -37,17 +37,20 @@ type Metrics struct {
 	relayMessages    *prom.CounterVec
 	relayBatchSize   prom.Histogram
 	relayPublish     prom.Histogram
+	relayUnavailable prom.Counter
+	relayBrokerDown  prom.Gauge
 	consumed         *prom.CounterVec
 	consumeSeconds   *prom.HistogramVec
 }
 
 var (
-	_ txmsg.HookHalfSent   = (*Metrics)(nil)
-	_ txmsg.HookLocalDone  = (*Metrics)(nil)
-	_ txmsg.HookCheckBack  = (*Metrics)(nil)
-	_ txmsg.HookRelayBatch = (*Metrics)(nil)
-	_ txmsg.HookConsumed   = (*Metrics)(nil)
-	_ prom.Collector       = (*Metrics)(nil)
+	_ txmsg.HookHalfSent         = (*Metrics)(nil)
+	_ txmsg.HookLocalDone        = (*Metrics)(nil)
+	_ txmsg.HookCheckBack        = (*Metrics)(nil)
+	_ txmsg.HookRelayBatch       = (*Metrics)(nil)
+	_ txmsg.HookRelayUnavailable = (*Metrics)(nil)
+	_ txmsg.HookConsumed         = (*Metrics)(nil)
+	_ prom.Collector             = (*Metrics)(nil)
 )
 
 // New returns Metrics with every series described in the package
@@ -83,15 +86,20 @@ func New(cfg Config) *Metrics {
 		relayMessages:    counter("relay_messages_total", "Messages the outbox relay tried to publish, by result (published, failed).", "result"),
 		relayBatchSize:   single("relay_batch_size", "Messages per relay batch.", cfg.BatchSizeBuckets),
 		relayPublish:     single("relay_publish_seconds", "Time to publish one relay batch, in seconds.", cfg.Buckets),
-		consumed:         counter("consumer_messages_total", "Messages a consumer decided about, by group, topic and outcome (handled, duplicate, parked, failed).", "group", "topic", "outcome"),
-		consumeSeconds:   histogram("consumer_handle_seconds", "Time to decode, dedupe and handle one message and commit, in seconds.", cfg.Buckets, "group", "topic"),
+		relayUnavailable: prom.NewCounter(prom.CounterOpts(opts("relay_unavailable_total",
+			"Relayed messages whose publish failed because the broker or the route was unavailable; they wait and count no attempt."))),
+		relayBrokerDown: prom.NewGauge(prom.GaugeOpts(opts("relay_broker_unavailable",
+			"1 when the last relay publish failed because the broker or the route was unavailable, 0 once a relay publish went through."))),
+		consumed:       counter("consumer_messages_total", "Messages a consumer decided about, by group, topic and outcome (handled, duplicate, parked, failed).", "group", "topic", "outcome"),
+		consumeSeconds: histogram("consumer_handle_seconds", "Time to decode, dedupe and handle one message and commit, in seconds.", cfg.Buckets, "group", "topic"),
 	}
 }
 
 func (m *Metrics) collectors() []prom.Collector {
 	return []prom.Collector{
 		m.halfSends, m.halfSendSeconds, m.localTx, m.localTxSeconds, m.checkBacks, m.checkBackSeconds,
-		m.relayBatches, m.relayMessages, m.relayBatchSize, m.relayPublish, m.consumed, m.consumeSeconds,
+		m.relayBatches, m.relayMessages, m.relayBatchSize, m.relayPublish, m.relayUnavailable, m.relayBrokerDown,
+		m.consumed, m.consumeSeconds,
 	}
 }
 
@@ -149,6 +157,15 @@ func (m *Metrics) OnRelayBatch(_ context.Context, size, failed int, took time.Du
 	m.relayMessages.WithLabelValues("failed").Add(float64(failed))
 	m.relayBatchSize.Observe(float64(size))
 	m.relayPublish.Observe(took.Seconds())
+	if failed < size {
+		m.relayBrokerDown.Set(0)
+	}
+}
+
+// OnRelayUnavailable implements txmsg.HookRelayUnavailable.
+func (m *Metrics) OnRelayUnavailable(_ context.Context, rows int, _ error) {
+	m.relayUnavailable.Add(float64(rows))
+	m.relayBrokerDown.Set(1)
 }
 
 // OnConsumed implements txmsg.HookConsumed.

@@ -180,7 +180,7 @@ func (p failingPublisher) Publish(ctx context.Context, msgs ...*txmsg.Message) e
 	var okIdx []int
 	for i, m := range msgs {
 		if string(m.Body) == `{"n":-1}` {
-			errs[i] = errors.New("refused by test")
+			errs[i] = fmt.Errorf("%w: refused by test", txmsg.ErrRejected)
 			continue
 		}
 		ok = append(ok, m)
@@ -266,6 +266,60 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_messages_total", "result", "failed"))
 	require.Equal(t, value(t, reg, "txmsg_relay_batches_total"), value(t, reg, "txmsg_relay_batch_size"))
 	require.Equal(t, value(t, reg, "txmsg_relay_batches_total"), value(t, reg, "txmsg_relay_publish_seconds"))
+}
+
+// TestRelayUnavailableMetrics: a relay whose publisher reaches no name
+// server counts the waiting messages, raises the broker-unavailable gauge
+// and the outbox's waiting rows, and lowers them once it publishes.
+func TestRelayUnavailableMetrics(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(testbed.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelError}))
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	reg := prom.NewRegistry()
+	m := txprom.New(txprom.Config{})
+	reg.MustRegister(m)
+	ob, err := outbox.New(db, outbox.Config{Logger: log})
+	require.NoError(t, err)
+	require.NoError(t, ob.Migrate(ctx))
+	oc, err := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table()})
+	require.NoError(t, err)
+	reg.MustRegister(oc)
+
+	start := func(nameServer string) func() {
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
+			NameServers: []string{nameServer}, Group: testbed.Name(t, "relay"), Logger: log, SendTimeout: time.Second, Retries: 1,
+		}})
+		require.NoError(t, err)
+		require.NoError(t, pub.Start(ctx))
+		relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{
+			Outbox: ob, Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1,
+			PollInterval: 20 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(runCtx) }()
+		return func() { stop(); <-done; _ = pub.Close(context.Background()) }
+	}
+	stop := start("127.0.0.1:1")
+	_, err = ob.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte("x")}, func(context.Context, *gorm.DB) error { return nil })
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return value(t, reg, "txmsg_relay_unavailable_total") >= 3 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_broker_unavailable"))
+	require.Equal(t, 1.0, value(t, reg, "txmsg_outbox_waiting_rows", "table", ob.Table()))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "dead"), "MaxAttempts 1, and still not dead")
+	stop()
+
+	stop = start(testbed.NameServer())
+	t.Cleanup(stop)
+	require.Eventually(t, func() bool {
+		return value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent") == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, 0.0, value(t, reg, "txmsg_relay_broker_unavailable"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_waiting_rows", "table", ob.Table()))
 }
 
 // TestOutboxCollectorReportsQueryFailure checks that a failing or slow

@@ -16,6 +16,9 @@ type OutboxStats struct {
 	Pending, Sent, Dead int64
 	// OldestPending is the age of the oldest pending row; zero when none.
 	OldestPending time.Duration
+	// Waiting counts the pending rows whose last publish failed because
+	// the broker or the route was unavailable.
+	Waiting int64
 }
 
 // OutboxConfig configures [NewOutboxCollector].
@@ -30,8 +33,8 @@ type OutboxConfig struct {
 
 // OutboxCollector is a prometheus.Collector that reads an outbox table's
 // depth at scrape time: txmsg_outbox_rows{table,status},
-// txmsg_outbox_oldest_pending_age_seconds{table} and
-// txmsg_outbox_stats_up{table}. When the query fails or times out, the
+// txmsg_outbox_oldest_pending_age_seconds{table},
+// txmsg_outbox_waiting_rows{table} and txmsg_outbox_stats_up{table}. When the query fails or times out, the
 // scrape carries only txmsg_outbox_stats_up = 0.
 type OutboxCollector struct {
 	stats   func(context.Context) (OutboxStats, error)
@@ -39,6 +42,7 @@ type OutboxCollector struct {
 	table   string
 	rows    *prom.Desc
 	oldest  *prom.Desc
+	waiting *prom.Desc
 	up      *prom.Desc
 }
 
@@ -53,6 +57,7 @@ var _ prom.Collector = (*OutboxCollector)(nil)
 func NewOutboxCollector[S ~struct {
 	Pending, Sent, Dead int64
 	OldestPending       time.Duration
+	Waiting             int64
 }](stats func(context.Context) (S, error), cfg OutboxConfig) (*OutboxCollector, error) {
 	if stats == nil {
 		return nil, fmt.Errorf("prometheus: outbox collector: stats is nil")
@@ -77,6 +82,8 @@ func NewOutboxCollector[S ~struct {
 			[]string{"table", "status"}, cfg.ConstLabels),
 		oldest: prom.NewDesc("txmsg_outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row in seconds; 0 when none is pending.",
 			[]string{"table"}, cfg.ConstLabels),
+		waiting: prom.NewDesc("txmsg_outbox_waiting_rows", "Pending outbox rows whose last publish failed because the broker or the route was unavailable.",
+			[]string{"table"}, cfg.ConstLabels),
 		up: prom.NewDesc("txmsg_outbox_stats_up", "1 when this scrape's outbox stats query succeeded, else 0.",
 			[]string{"table"}, cfg.ConstLabels),
 	}, nil
@@ -86,6 +93,7 @@ func NewOutboxCollector[S ~struct {
 func (c *OutboxCollector) Describe(ch chan<- *prom.Desc) {
 	ch <- c.rows
 	ch <- c.oldest
+	ch <- c.waiting
 	ch <- c.up
 }
 
@@ -103,4 +111,5 @@ func (c *OutboxCollector) Collect(ch chan<- prom.Metric) {
 	ch <- prom.MustNewConstMetric(c.rows, prom.GaugeValue, float64(s.Sent), c.table, "sent")
 	ch <- prom.MustNewConstMetric(c.rows, prom.GaugeValue, float64(s.Dead), c.table, "dead")
 	ch <- prom.MustNewConstMetric(c.oldest, prom.GaugeValue, s.OldestPending.Seconds(), c.table)
+	ch <- prom.MustNewConstMetric(c.waiting, prom.GaugeValue, float64(s.Waiting), c.table)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
@@ -144,6 +145,16 @@ func (p *Publisher) enter() error {
 // Publish implements [txmsg.Publisher]. Messages without an ID get one.
 // Messages to one topic are sent as batches; messages with a sharding key
 // are batched per key and keep their order.
+//
+// Errors say what failed: a message the broker refused (it answered
+// MESSAGE_ILLEGAL, NO_PERMISSION for the topic, or a batch too large)
+// wraps
+// [txmsg.ErrRejected], and when the broker refuses a batch its messages
+// are sent again one by one to find the one it refuses; every other
+// failure of the send (no route, the name server or broker unreachable, a
+// timeout, the broker busy, not writable, or any other answer) wraps
+// [txmsg.ErrUnavailable]. When all messages failed the same way the error
+// is that one error, else a [*txmsg.BatchError].
 func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -172,7 +183,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 			failed += len(b.idx)
 			continue
 		}
-		if err := p.send(ctx, msgs, b); err != nil {
+		err := p.send(ctx, msgs, b.idx, b.key)
+		if err != nil && len(b.idx) > 1 && errors.Is(err, txmsg.ErrRejected) {
+			// The broker refused the batch: find out which message it
+			// refuses by sending them one by one, in order.
+			for _, i := range b.idx {
+				if errs[i] = p.send(ctx, msgs, []int{i}, ""); errs[i] != nil {
+					failed++
+				}
+			}
+			continue
+		}
+		if err != nil {
 			for _, i := range b.idx {
 				errs[i] = err
 			}
@@ -182,8 +204,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	if failed == 0 {
 		return nil
 	}
-	if failed == len(msgs) {
-		return fmt.Errorf("rocketmq: publish: %w", errors.Join(uniqueErrs(errs)...))
+	if u := uniqueErrs(errs); failed == len(msgs) && len(u) == 1 {
+		return fmt.Errorf("rocketmq: publish: %w", u[0])
 	}
 	return &txmsg.BatchError{Errs: errs}
 }
@@ -220,22 +242,62 @@ func (p *Publisher) batches(msgs []*txmsg.Message, errs []error) []*batch {
 	return out
 }
 
-func (p *Publisher) send(ctx context.Context, msgs []*txmsg.Message, b *batch) error {
-	pms := make([]*primitive.Message, len(b.idx))
-	for j, i := range b.idx {
+func (p *Publisher) send(ctx context.Context, msgs []*txmsg.Message, idx []int, key string) error {
+	pms := make([]*primitive.Message, len(idx))
+	for j, i := range idx {
 		pms[j] = toPrimitive(msgs[i])
 	}
-	if len(pms) > 1 && b.key != "" {
-		markBatchKey(pms[0], b.key)
+	if len(pms) > 1 && key != "" {
+		markBatchKey(pms[0], key)
 	}
+	topic := msgs[idx[0]].Topic
 	res, err := p.prod.SendSync(ctx, pms...)
 	if err != nil {
-		return fmt.Errorf("send %d message(s) to %s: %w", len(pms), b.topic, err)
+		return fmt.Errorf("send %d message(s) to %s: %w", len(pms), topic, classifySendError(err))
 	}
 	if res.Status != primitive.SendOK {
-		return fmt.Errorf("send %d message(s) to %s: broker answered status %d", len(pms), b.topic, res.Status)
+		// Stored, but not flushed or replicated in time: the broker's
+		// trouble, and a retry may duplicate.
+		return fmt.Errorf("%w: send %d message(s) to %s: broker answered status %d", txmsg.ErrUnavailable, len(pms), topic, res.Status)
 	}
 	return nil
+}
+
+// Broker response codes that refuse the message itself (RocketMQ's
+// ResponseCode).
+const (
+	codeSystemError    = 1  // mostly the broker's trouble; also an oversized batch
+	codeMessageIllegal = 13 // body or properties too long, bad property
+	codeNoPermission   = 16 // the topic, or the whole broker, not writable
+)
+
+// classifySendError wraps an error of SendSync as txmsg.ErrRejected when
+// the broker answered that it refuses the message, else as
+// txmsg.ErrUnavailable. An oversized batch is rejected too: Publish then
+// sends its messages one by one. The client reports a broker's answer as
+// "CODE: <n>, DESC: <remark>"; everything else (no route, a connection
+// refused or closed, a timeout, a producer not running) never reached a
+// broker's verdict on the message.
+func classifySendError(err error) error {
+	var code int
+	var desc string
+	if n, _ := fmt.Sscanf(err.Error(), "CODE: %d, DESC: ", &code); n == 1 {
+		_, desc, _ = strings.Cut(err.Error(), "DESC: ")
+	}
+	switch {
+	case code == codeMessageIllegal:
+		return fmt.Errorf("%w: %w", txmsg.ErrRejected, err)
+	case code == codeSystemError && strings.Contains(desc, "size exceeded"):
+		// A batch larger than maxMessageSize: "message body size exceeded".
+		return fmt.Errorf("%w: %w", txmsg.ErrRejected, err)
+	case code == codeNoPermission && !strings.Contains(strings.ToLower(desc), "broker["):
+		// "the topic[…] sending message is forbidden" or a topic the
+		// broker does not let clients write; a broker that is read-only
+		// as a whole says "the broker[…]" and is unavailable.
+		return fmt.Errorf("%w: %w", txmsg.ErrRejected, err)
+	default:
+		return fmt.Errorf("%w: %w", txmsg.ErrUnavailable, err)
+	}
 }
 
 func uniqueErrs(errs []error) []error {

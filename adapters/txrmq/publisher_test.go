@@ -2,6 +2,8 @@ package txrmq
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -108,5 +110,70 @@ func TestPublisherClosedAndDeadBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m := &txmsg.Message{Topic: "txmsg_nowhere", Body: []byte("x")}
-	require.Error(t, dead.Publish(ctx, m))
+	err = dead.Publish(ctx, m)
+	require.ErrorIs(t, err, txmsg.ErrUnavailable, "no name server: the broker's failure, not the message's")
+	require.NotErrorIs(t, err, txmsg.ErrRejected)
+	require.True(t, txmsg.IsUnavailable(err))
+}
+
+// TestPublisherClassifiesRejection: the broker refuses a body over its
+// maxMessageSize (4 MiB on the test broker) with MESSAGE_ILLEGAL, and the
+// publisher reports that message as rejected. In a batch with a good
+// message, the good one is still published and only the big one fails.
+func TestPublisherClassifiesRejection(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	topic := testbed.Topic(t)
+	obs := testbed.Observe(t, topic, nil)
+	p, err := NewPublisher(PublisherConfig{Config: Config{
+		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub"), MaxBodySize: 5 << 20,
+	}})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+
+	big := make([]byte, 4<<20+1024)
+	_, _ = rand.Read(big) // incompressible: the client compresses large bodies
+	tooBig := &txmsg.Message{Topic: topic, Body: big}
+	err = p.Publish(context.Background(), tooBig)
+	require.ErrorIs(t, err, txmsg.ErrRejected)
+	require.False(t, txmsg.IsUnavailable(err))
+	require.ErrorContains(t, err, "CODE: 13")
+
+	good := &txmsg.Message{Topic: topic, Body: []byte("fine")}
+	tooBig = &txmsg.Message{Topic: topic, Body: big}
+	err = p.Publish(context.Background(), good, tooBig)
+	var be *txmsg.BatchError
+	require.ErrorAs(t, err, &be)
+	require.NoError(t, be.Errs[0])
+	require.ErrorIs(t, be.Errs[1], txmsg.ErrRejected)
+	obs.DeliveredOnce(t, good.ID)
+	require.Zero(t, obs.Count(tooBig.ID))
+}
+
+func TestClassifySendError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err      string
+		rejected bool
+	}{
+		{"CODE: 13, DESC: the message is illegal, maybe msg body or properties length not matched.", true},
+		{"CODE: 16, DESC: the topic[orders] sending message is forbidden", true},
+		{"CODE: 16, DESC: Sending message to topic[orders] is forbidden.", true},
+		{"CODE: 16, DESC: the broker[127.0.0.1] sending message is forbidden", false},
+		{"CODE: 14, DESC: service not available now", false},
+		{"CODE: 2, DESC: [TIMEOUT_CLEAN_QUEUE]broker busy", false},
+		{"CODE: 1, DESC: [PC_SYNCHRONIZED]broker busy", false},
+		{"CODE: 1, DESC: java.lang.RuntimeException: message body size exceeded, org.apache.rocketmq.store.MessageExtEncoder.encode", true},
+		{"CODE: 17, DESC: topic[orders] not exist, apply first please!", false},
+		{"the topic=orders route info not found", false},
+		{"request timeout", false},
+		{"dial tcp 127.0.0.1:10911: connect: connection refused", false},
+	} {
+		err := classifySendError(errors.New(c.err))
+		require.Equal(t, c.rejected, errors.Is(err, txmsg.ErrRejected), c.err)
+		require.Equal(t, !c.rejected, errors.Is(err, txmsg.ErrUnavailable), c.err)
+		require.Equal(t, !c.rejected, txmsg.IsUnavailable(err), c.err)
+		require.ErrorContains(t, err, c.err)
+	}
 }

@@ -219,6 +219,9 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	// I6: a pending outbox row (its order committed and handled).
 	add("o5", modeOutbox, "c", 1)
 	s.Outbox["o5"] = outbox.StatusPending
+	// I6: a dead outbox row.
+	add("o6", modeOutbox, "d", 1)
+	s.Outbox["o6"] = outbox.StatusDead
 	// Outcome: reported committed, no order row.
 	s.Attempts["t5"] = &attempt{ID: "t5", Mode: modeTx, Outcome: outcomeCommitted}
 
@@ -230,7 +233,23 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	require.Equal(t, 1, v.OrderViolations, v.Examples)
 	require.Equal(t, 2, v.HandlerInversions, "keys b and d", v.Examples)
 	require.Equal(t, 1, v.Pending, v.Examples)
+	require.Equal(t, 1, v.Dead, v.Examples)
 	require.Equal(t, 1, v.OutcomeMismatches, v.Examples)
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 key b"), v.Examples)
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 handler: key d seq 1 handled after seq 2"), v.Examples)
+}
+
+// TestBrokerOutageOutlastsRelayRetries: the broker-long-outage fault keeps
+// the broker down for longer than the relays would retry a row that counts
+// attempts, whatever its jitter, and only runs with the infrastructure
+// faults.
+func TestBrokerOutageOutlastsRelayRetries(t *testing.T) {
+	t.Parallel()
+	require.Greater(t, brokerOutageFor(0), time.Duration(relayMaxAttempts)*relayMaxBackoff)
+	require.Contains(t, allKinds, kindBrokerOutage)
+	require.True(t, infraKinds[kindBrokerOutage])
+	r := &runner{cfg: config{Infra: false}}
+	require.NotContains(t, r.enabledKinds(), kindBrokerOutage, "never without TXMSG_CHAOS_INFRA")
+	r.cfg.Infra = true
+	require.Contains(t, r.enabledKinds(), kindBrokerOutage)
 }

@@ -27,6 +27,10 @@ const (
 	relayLeaseTTL = 3 * time.Second
 	// relayMaxBackoff bounds how long a row waits after the broker failed.
 	relayMaxBackoff = 5 * time.Second
+	// relayMaxAttempts is small so that the broker-long-outage fault
+	// outlasts MaxAttempts × MaxBackoff in seconds: only rows the broker
+	// refuses may count attempts, and a broker that is away refuses none.
+	relayMaxAttempts = 3
 	// consumerRetryLevel: every redelivery after a handler error waits
 	// 5 s (broker delay level 2) instead of 10 s, 30 s, 1 min, ...; 16
 	// retries then span 80 s, longer than any single outage here.
@@ -86,6 +90,7 @@ func runRelay(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.Log
 			LeaseTTL:     relayLeaseTTL,
 			MinBackoff:   500 * time.Millisecond,
 			MaxBackoff:   relayMaxBackoff,
+			MaxAttempts:  relayMaxAttempts,
 		},
 	})
 	if err != nil {

@@ -41,15 +41,27 @@ const (
 	// kindBrokerPause freezes the broker (SIGSTOP) for longer than the
 	// send timeout, then resumes it.
 	kindBrokerPause = "broker-pause"
+	// kindBrokerOutage SIGKILLs the broker and keeps it down for longer
+	// than the relays' MaxAttempts × MaxBackoff, so a relay that counted a
+	// broker outage against its rows would make them dead; then starts it
+	// again. The run must end with no dead row and nothing lost.
+	kindBrokerOutage = "broker-long-outage"
 	// kindPlainKill is what an armed kill becomes when its point is not
 	// reached in time: a plain SIGKILL. Never scheduled.
 	kindPlainKill = "process-kill-plain"
 )
 
 var allKinds = []string{kindHalfSent, kindAfterCommit, kindProducerRandom, kindRelay, kindConsumer,
-	kindBrokerKill, kindDBRestart, kindBrokerPause}
+	kindBrokerKill, kindDBRestart, kindBrokerPause, kindBrokerOutage}
 
-var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true}
+var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true, kindBrokerOutage: true}
+
+// brokerOutageFor is how long kindBrokerOutage keeps the broker down:
+// longer than the relays' relayMaxAttempts × relayMaxBackoff by 5 s and
+// extra.
+func brokerOutageFor(extra time.Duration) time.Duration {
+	return relayMaxAttempts*relayMaxBackoff + 5*time.Second + extra
+}
 
 // producerDownFor outlasts the test broker's check window
 // (transactionTimeOut 1 s + transactionCheckMax 5 × 1 s).
@@ -114,6 +126,21 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		}
 		down := time.Duration(r.rng.Int64N(int64(2 * time.Second)))
 		rec.Detail = fmt.Sprintf("broker SIGKILLed, started again after %s", down.Round(time.Millisecond))
+		sleep(ctx, down)
+		if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
+			rec.Err = err.Error()
+		}
+		rec.End = time.Now()
+		return rec
+	case kindBrokerOutage:
+		rec := faultRecord{Kind: kind, Start: time.Now()}
+		if err := r.script(ctx, "rocketmq.sh", "kill"); err != nil {
+			rec.Err = err.Error()
+			return rec
+		}
+		down := brokerOutageFor(time.Duration(r.rng.Int64N(int64(3 * time.Second))))
+		rec.Detail = fmt.Sprintf("broker SIGKILLed, kept down for %s (relays: MaxAttempts %d × MaxBackoff %s)",
+			down.Round(time.Millisecond), relayMaxAttempts, relayMaxBackoff)
 		sleep(ctx, down)
 		if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
 			rec.Err = err.Error()

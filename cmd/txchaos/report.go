@@ -223,7 +223,8 @@ func (r *report) write(w io.Writer) {
 		{"I4 disagreements (broker vs barrier/outbox)", v.Disagreements},
 		{"I5 per-key order violations (ordered outbox)", v.OrderViolations},
 		{"I5 handled out of order (ordered consumer)", v.HandlerInversions},
-		{"I6 outbox rows pending / dead", v.Pending + v.Dead},
+		{"I6 outbox rows pending", v.Pending},
+		{"I6 outbox rows dead", v.Dead},
 		{"producer outcome mismatches", v.OutcomeMismatches},
 		{"orders without an attempt record", v.Unrecorded},
 	}

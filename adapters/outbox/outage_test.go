@@ -1,0 +1,273 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// tries wraps a publisher and counts how often each message was handed
+// to it.
+type tries struct {
+	inner txmsg.Publisher
+	mu    sync.Mutex
+	n     map[string]int
+}
+
+func newTries(inner txmsg.Publisher) *tries { return &tries{inner: inner, n: map[string]int{}} }
+
+func (p *tries) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
+	p.mu.Lock()
+	for _, m := range msgs {
+		p.n[m.ID]++
+	}
+	p.mu.Unlock()
+	return p.inner.Publish(ctx, msgs...)
+}
+
+// least is the fewest tries of any of ids.
+func (p *tries) least(ids []string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	least := -1
+	for _, id := range ids {
+		if least < 0 || p.n[id] < least {
+			least = p.n[id]
+		}
+	}
+	return least
+}
+
+// switchable publishes through the publisher it holds at the moment.
+type switchable struct {
+	p *atomic.Pointer[txrmq.Publisher]
+}
+
+func (s switchable) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
+	return s.p.Load().Publish(ctx, msgs...)
+}
+
+// publisherAt starts a real publisher whose name server is at addr.
+func publisherAt(t *testing.T, addr string) *txrmq.Publisher {
+	t.Helper()
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
+		NameServers: []string{addr},
+		Group:       testbed.Name(t, "pub"),
+		SendTimeout: time.Second,
+		Retries:     1,
+	}})
+	require.NoError(t, err)
+	require.NoError(t, pub.Start(context.Background()))
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	return pub
+}
+
+// TestBrokerLongOutageNoDeadRows: relays with MaxAttempts 3 and tiny
+// backoffs fail for seconds against a name server nobody answers (many
+// times more failed cycles than MaxAttempts). No row goes dead: they wait,
+// show in Stats.Waiting and Health, and go out, in key order, once the
+// relays reach the real broker, either by being pointed at it or because
+// the route comes back.
+func TestBrokerLongOutageNoDeadRows(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			t.Parallel()
+			e := brokerEnv(t)
+			obs := testbed.Observe(t, e.topic, nil)
+			cfg := func(name string) RelayConfig {
+				return RelayConfig{
+					Name: name, Ordered: ordered, MaxAttempts: 3,
+					MinBackoff: 5 * time.Millisecond, MaxBackoff: 30 * time.Millisecond,
+					PollInterval: 20 * time.Millisecond, LeaseTTL: time.Second,
+				}
+			}
+			const keys, perKeyN = 4, 15
+			var ids []string
+			for i := range perKeyN {
+				for k := range keys {
+					key := fmt.Sprintf("key-%d", k)
+					m := &txmsg.Message{Topic: e.topic, ShardingKey: key, Body: fmt.Appendf(nil, "%s:%d", key, i)}
+					r, err := e.ob.Transact(context.Background(), m, createOrder(string(m.Body)))
+					require.NoError(t, err)
+					ids = append(ids, r.ID)
+				}
+			}
+			n := len(ids)
+
+			// The relays' publisher has a name server nobody listens on.
+			var route atomic.Pointer[txrmq.Publisher]
+			route.Store(publisherAt(t, "127.0.0.1:1"))
+			pub := newTries(switchable{&route})
+			var relays []*Relay
+			var runs []*running
+			for i := range 2 {
+				r := e.relay(pub, cfg(fmt.Sprintf("outage-%v-%d", ordered, i)))
+				relays = append(relays, r)
+				runs = append(runs, start(t, r))
+			}
+			// Ordered relays try only the first row of each key; the rest
+			// wait behind it.
+			tried := ids
+			if ordered {
+				tried = ids[:keys]
+			}
+			began := time.Now()
+			require.Eventually(t, func() bool {
+				return e.stats().Dead > 0 || (pub.least(tried) >= 4*3 && time.Since(began) > 3*time.Second)
+			}, 2*time.Minute, 50*time.Millisecond, "rows tried four times MaxAttempts, for seconds")
+			s := e.stats()
+			require.Zero(t, s.Dead, "a broker outage makes no row dead")
+			require.EqualValues(t, n, s.Pending)
+			require.EqualValues(t, len(tried), s.Waiting, "the rows tried wait for the broker")
+			for _, row := range e.rows("") {
+				require.Zero(t, row.Attempts)
+			}
+			for _, r := range relays {
+				require.ErrorIs(t, r.Health(context.Background()), txmsg.ErrUnavailable)
+			}
+			require.Zero(t, obs.Total())
+
+			if ordered {
+				route.Store(brokerPublisher(t)) // the same relays recover
+			} else {
+				for _, rr := range runs {
+					require.NoError(t, rr.stop(t))
+				}
+				real := brokerPublisher(t)
+				for i := range 2 {
+					start(t, e.relay(real, cfg(fmt.Sprintf("pointed-%d", i))))
+				}
+			}
+			require.Eventually(t, func() bool { return e.stats().Sent == int64(n) }, 2*time.Minute, 50*time.Millisecond)
+			require.Eventually(t, func() bool { return obs.Distinct() == n }, time.Minute, 50*time.Millisecond)
+			s = e.stats()
+			require.Zero(t, s.Dead)
+			require.Zero(t, s.Waiting)
+			if ordered {
+				for _, r := range relays {
+					require.Eventually(t, func() bool { return r.Health(context.Background()) == nil }, waitFor, tick)
+				}
+				requireStoredInKeyOrder(t, obs, keys, perKeyN)
+			}
+		})
+	}
+}
+
+// requireStoredInKeyOrder checks that each key's events were stored on
+// one queue in commit order (bodies "key:seq").
+func requireStoredInKeyOrder(t *testing.T, obs *testbed.Observer, keys, perKeyN int) {
+	t.Helper()
+	stored := obs.Order()
+	sort.SliceStable(stored, func(i, j int) bool { return stored[i].QueueOffset < stored[j].QueueOffset })
+	queues := map[string]map[int]bool{}
+	seen := map[string]bool{}
+	var msgs []*txmsg.Message
+	for _, m := range stored {
+		k := m.GetProperty(txmsg.PropertyShardingKey)
+		if queues[k] == nil {
+			queues[k] = map[int]bool{}
+		}
+		queues[k][m.Queue.QueueId] = true
+		id := m.GetProperty(txmsg.PropertyID)
+		if seen[id] {
+			continue // a redelivery of the observer, not a second send
+		}
+		seen[id] = true
+		msgs = append(msgs, &txmsg.Message{Body: m.Body, ShardingKey: k})
+	}
+	for k, q := range queues {
+		require.Len(t, q, 1, "all of %s on one queue", k)
+	}
+	want := make([]int, perKeyN)
+	for i := range want {
+		want[i] = i
+	}
+	got := perKey(t, msgs)
+	require.Len(t, got, keys)
+	for k, seqs := range got {
+		require.Equal(t, want, seqs, "stored order of %s", k)
+	}
+}
+
+// TestBrokerRejectedMessageGoesDead: a message the broker itself refuses
+// (a body over its 4 MiB maxMessageSize) still counts its attempts and is
+// dead after MaxAttempts, while the messages around it go out.
+func TestBrokerRejectedMessageGoesDead(t *testing.T) {
+	t.Parallel()
+	testbed.QuietClientLogs()
+	testbed.RequireBroker(t)
+	e := newEnv(t, Config{MaxBodySize: 5 << 20})
+	e.topic = testbed.Topic(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
+		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub"), MaxBodySize: 5 << 20,
+	}})
+	require.NoError(t, err)
+	require.NoError(t, pub.Start(context.Background()))
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+
+	big := make([]byte, 4<<20+1024)
+	_, _ = rand.Read(big) // incompressible: the client compresses large bodies
+	good0 := e.send(1, "good-0")[0]
+	r, err := e.ob.Transact(context.Background(), &txmsg.Message{Topic: e.topic, Body: big}, createOrder("big"))
+	require.NoError(t, err)
+	good1 := e.send(1, "good-1")[0]
+
+	start(t, e.relay(pub, RelayConfig{MaxAttempts: 3, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}))
+	require.Eventually(t, func() bool { s := e.stats(); return s.Dead == 1 && s.Sent == 2 }, time.Minute, 50*time.Millisecond)
+	dead := e.rows("status = ?", StatusDead)
+	require.Len(t, dead, 1)
+	require.Equal(t, r.ID, dead[0].MsgID)
+	require.Equal(t, 3, dead[0].Attempts)
+	require.Contains(t, dead[0].LastError, "CODE: 13")
+	require.Zero(t, e.stats().Waiting)
+	obs.Delivered(t, good0)
+	obs.Delivered(t, good1)
+	require.Zero(t, obs.Count(r.ID))
+}
+
+// TestOrderedWaitingRowHoldsItsKey: while the first row of a key waits for
+// an unavailable broker, even with MaxAttempts 1, the later rows of that
+// key are not published ahead of it; other keys go on.
+func TestOrderedWaitingRowHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Buckets: 1})
+	pub := newMemPublisher()
+	var away atomic.Bool
+	away.Store(true)
+	pub.setFail(func(m *txmsg.Message) error {
+		if away.Load() && string(m.Body) == "k:0" {
+			return fmt.Errorf("%w: no route to k's queue", txmsg.ErrUnavailable)
+		}
+		return nil
+	})
+	for i := range 5 {
+		e.sendKeyed("k", i)
+		e.sendKeyed("other", i)
+	}
+	cfg := orderedConfig("waiting")
+	cfg.Buckets = 1
+	cfg.MaxAttempts = 1
+	start(t, e.relay(pub, cfg))
+	require.Eventually(t, func() bool { return len(perKey(t, pub.published())["other"]) == 5 }, waitFor, tick)
+	require.Eventually(t, func() bool { return e.stats().Waiting == 1 }, waitFor, tick)
+	time.Sleep(300 * time.Millisecond) // many cycles
+	require.Empty(t, perKey(t, pub.published())["k"], "k's later rows wait for k:0")
+	require.Zero(t, e.stats().Dead)
+
+	away.Store(false)
+	require.Eventually(t, func() bool { return len(perKey(t, pub.published())["k"]) == 5 }, waitFor, tick)
+	require.Equal(t, []int{0, 1, 2, 3, 4}, perKey(t, pub.published())["k"])
+}
