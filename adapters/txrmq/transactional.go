@@ -2,6 +2,7 @@ package txrmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -68,9 +69,20 @@ type call struct {
 	err     error
 }
 
+// sameDatabaseTimeout bounds NewTransactional's check that db and the
+// checker reach one database.
+const sameDatabaseTimeout = 10 * time.Second
+
 // NewTransactional validates cfg and builds a transactional producer whose
 // local transactions run on db and whose check-backs chk answers. Call
 // Start before Transact.
+//
+// db and the checker's handle must reach the same database: the local
+// transaction writes the barrier row the checker reads. NewTransactional
+// asks both (SELECT DATABASE(), @@hostname, @@port) and refuses a mismatch
+// with an error matching [txmsg.ErrInvalidConfig] and
+// [checker.ErrOtherDatabase]; it fails too when the database cannot be
+// reached within 10 s.
 func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker) (*Transactional, error) {
 	if err := cfg.validate("transactional producer"); err != nil {
 		return nil, err
@@ -82,6 +94,15 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 		if err := txmsg.ValidateTopic(t); err != nil {
 			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
 		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sameDatabaseTimeout)
+	err := chk.CheckSameDatabase(ctx, db)
+	cancel()
+	switch {
+	case errors.Is(err, checker.ErrOtherDatabase):
+		return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("rocketmq: transactional producer: %w", err)
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)

@@ -353,3 +353,32 @@ func TestTransactionalDatabaseDownRunsNothing(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond)
 	obs.Delivered(t, next.ID)
 }
+
+// The barrier row written by the local transaction must be the one the
+// checker reads: a checker on another database would answer ROLLBACK for
+// every committed transaction that needs a check-back.
+func TestTransactionalRefusesACheckerOnAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	other := testbed.DB(t)
+	chk, err := checker.New(other, checker.Config{})
+	require.NoError(t, err)
+	_, err = NewTransactional(e.config(nil), e.db, chk)
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorIs(t, err, checker.ErrOtherDatabase)
+	require.ErrorContains(t, err, "different databases")
+
+	// The same database through another pool is fine.
+	again, err := testbed.Open(e.dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if s, err := again.DB(); err == nil {
+			_ = s.Close()
+		}
+	})
+	same, err := checker.New(again, checker.Config{})
+	require.NoError(t, err)
+	tr, err := NewTransactional(e.config(nil), e.db, same)
+	require.NoError(t, err)
+	require.NoError(t, tr.Close(context.Background()))
+}
