@@ -134,6 +134,9 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 
 const horizonSuffix = "_horizon"
 
+// DB returns the handle the checker reads and writes through.
+func (c *Checker) DB() *gorm.DB { return c.db }
+
 // Table returns the barrier table name.
 func (c *Checker) Table() string { return c.cfg.Table }
 

@@ -43,6 +43,15 @@ type HookCheckBack interface {
 	OnCheckBack(txID, topic string, state LocalState, err error, took time.Duration)
 }
 
+// HookHeld is called when the outcome of a transactional message cannot be
+// known because its barrier row may have been purged (the transaction is
+// older than the purge horizon). The message is kept where an operator sees
+// it, never dropped: the sweeper parks it in the dead-letter table (or
+// leaves it on the broker), and a check-back answers UNKNOWN. err says why.
+type HookHeld interface {
+	OnHeld(txID, topic string, err error)
+}
+
 // HookRelayBatch is called after a relay published a batch: size rows
 // claimed, failed of them not published, took the publish time.
 type HookRelayBatch interface {
@@ -103,6 +112,15 @@ func (hs Hooks) CheckBack(txID, topic string, state LocalState, err error, took 
 	for _, h := range hs {
 		if h, ok := h.(HookCheckBack); ok {
 			safe(func() { h.OnCheckBack(txID, topic, state, err, took) })
+		}
+	}
+}
+
+// Held calls every HookHeld.
+func (hs Hooks) Held(txID, topic string, err error) {
+	for _, h := range hs {
+		if h, ok := h.(HookHeld); ok {
+			safe(func() { h.OnHeld(txID, topic, err) })
 		}
 	}
 }

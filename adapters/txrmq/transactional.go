@@ -273,8 +273,14 @@ func (t *Transactional) resolve(ext *primitive.MessageExt) primitive.LocalTransa
 		return primitive.UnkonwnState
 	}
 	start := time.Now()
-	state, err := t.chk.Resolve(context.Background(), id) // bounded by the checker's ResolveTimeout
+	state, err := t.chk.ResolveSince(context.Background(), id, bornAt(ext)) // bounded by the checker's ResolveTimeout
 	t.cfg.Hooks.CheckBack(id, ext.Topic, state, err, time.Since(start))
+	if errors.Is(err, checker.ErrBeyondPurgeHorizon) {
+		t.log.Error("check-back for a transaction older than the barrier's purge horizon; answering UNKNOWN. "+
+			"After transactionCheckMax checks the broker moves it to "+CheckMaxTimeTopic+", where the sweeper parks it for an operator",
+			"txmsg_id", id, "topic", ext.Topic, "err", err)
+		return primitive.UnkonwnState
+	}
 	if err != nil {
 		t.log.Warn("check-back unresolved; answering UNKNOWN, the broker will ask again", "txmsg_id", id, "topic", ext.Topic, "err", err)
 		return primitive.UnkonwnState
