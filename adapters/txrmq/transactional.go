@@ -178,6 +178,10 @@ func (t *Transactional) enter() error {
 // is returned wrapped, with a Receipt in StateRolledBack;
 // txmsg.ErrRolledBackByCheck when a check-back decided first;
 // txmsg.ErrOutcomeUnknown when COMMIT's result was lost.
+//
+// The local transaction is a new one on the producer's db, never one the
+// caller holds: do not call Transact inside an open gorm transaction (see
+// the txmsg package documentation).
 func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.LocalTx) (*txmsg.Receipt, error) {
 	if local == nil {
 		return nil, txmsg.ErrNilLocalTx
