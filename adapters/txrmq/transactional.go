@@ -66,8 +66,9 @@ type call struct {
 	local txmsg.LocalTx
 	id    string
 	ran   bool
-	// holding is set while this process's local transaction holds the
-	// barrier row, uncommitted.
+	// holding is set once this process's local transaction holds the
+	// barrier row, and stays set until Transact returns, after its own
+	// END_TRANSACTION was sent.
 	holding atomic.Bool
 	state   txmsg.LocalState
 	err     error
@@ -254,7 +255,6 @@ func (t *Transactional) runLocal(c *call) {
 		return
 	}
 	c.holding.Store(true)
-	defer c.holding.Store(false)
 	if err := txmsg.CallLocal(c.ctx, tx, c.local); err != nil {
 		tx.Rollback()
 		c.state, c.err = txmsg.StateRolledBack, err
@@ -273,10 +273,10 @@ func (t *Transactional) runLocal(c *call) {
 func (t *Transactional) resolve(ctx context.Context, ext *primitive.MessageExt) primitive.LocalTransactionState {
 	id := ext.GetProperty(txmsg.PropertyID)
 	if v, ok := t.calls.Load(id); ok && id != "" && v.(*call).holding.Load() {
-		// The local transaction is running in this process and will send
-		// its own END_TRANSACTION. Waiting on its barrier row would hold a
-		// worker, and a COMMIT answered here as well would make the broker
-		// deliver the message twice.
+		// The local transaction runs, or has just ended, in this process,
+		// which sends its own END_TRANSACTION. Waiting on its barrier row
+		// would hold a worker, and a COMMIT answered here as well would
+		// make the broker deliver the message twice.
 		t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
 		t.cfg.Hooks.CheckBack(id, ext.Topic, txmsg.StateUnknown, nil, 0)
 		return primitive.UnkonwnState
