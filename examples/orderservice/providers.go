@@ -47,6 +47,7 @@ var transactionalSet = wire.NewSet(
 // outboxSet is local-table mode: an outbox table written in the order's
 // transaction, and a relay that publishes it.
 var outboxSet = wire.NewSet(
+	provideChecker,
 	provideOutbox,
 	wire.Bind(new(txmsg.Transactor), new(*outbox.Outbox)),
 	providePublisher,
@@ -130,25 +131,25 @@ func provideOutbox(db *gorm.DB, log *slog.Logger, m *Metrics) (*outbox.Outbox, e
 	return outbox.New(db, outbox.Config{Logger: log, Hooks: m.Hooks()})
 }
 
-// providePublisher starts the relay's plain producer, in the service's
-// producer group.
-func providePublisher(cfg Config, log *slog.Logger) (*txrmq.Publisher, func(), error) {
-	return newPublisher(cfg, log, cfg.ProducerGroup)
+// providePublisher starts the relay's producer, in the service's producer
+// group. During a switch from transactional mode, the broker sends that
+// group's check-backs to it as well: it answers them from the barrier.
+func providePublisher(cfg Config, log *slog.Logger, chk *checker.Checker) (*txrmq.Publisher, func(), error) {
+	return newPublisher(cfg, log, cfg.ProducerGroup, chk)
 }
 
-// provideSweeperPublisher starts the sweeper's plain producer. Its group
-// is not the transactional producer's: the broker sends check-backs to any
-// producer of that group, and a plain producer cannot answer them.
+// provideSweeperPublisher starts the sweeper's producer. Its group is not
+// the transactional producer's, so no check-back reaches it.
 func provideSweeperPublisher(cfg Config, log *slog.Logger) (*txrmq.Publisher, func(), error) {
-	return newPublisher(cfg, log, sweeperGroup(cfg))
+	return newPublisher(cfg, log, sweeperGroup(cfg), nil)
 }
 
 // newPublisher builds a publisher; its mode starts it, after App.Start has
 // made sure the topic exists: a publisher started earlier caches "no
 // route" for the topic until the client's next route refresh, up to 30 s.
 // Its cleanup closes it if wiring fails later (Close is idempotent).
-func newPublisher(cfg Config, log *slog.Logger, group string) (*txrmq.Publisher, func(), error) {
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: cfg.rocketmq(group, log, nil), Topics: []string{cfg.Topic}})
+func newPublisher(cfg Config, log *slog.Logger, group string, chk *checker.Checker) (*txrmq.Publisher, func(), error) {
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: cfg.rocketmq(group, log, nil), Topics: []string{cfg.Topic}, Checker: chk})
 	if err != nil {
 		return nil, nil, err
 	}

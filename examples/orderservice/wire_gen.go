@@ -85,7 +85,12 @@ func newOutboxApp(cfg Config, log *slog.Logger) (*App, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	publisher, cleanup2, err := providePublisher(cfg, log)
+	checker, err := provideChecker(db, log)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	publisher, cleanup2, err := providePublisher(cfg, log, checker)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
