@@ -12,3 +12,12 @@ CREATE TABLE IF NOT EXISTS `txmsg_barrier` (
   PRIMARY KEY (`tx_id`),
   KEY `idx_txmsg_barrier_created_at` (`created_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- The purge horizon: checker.Purge records here, before deleting, the cutoff
+-- it purges up to. A check-back for a transaction without a barrier row that
+-- began before it is answered UNKNOWN, never ROLLBACK.
+CREATE TABLE IF NOT EXISTS `txmsg_barrier_horizon` (
+  `id` bigint NOT NULL,
+  `purged_before` datetime(6) NOT NULL,
+  PRIMARY KEY (`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

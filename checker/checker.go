@@ -15,6 +15,22 @@
 //     waits for it and then sees the outcome;
 //   - the database fails or times out: the answer is UNKNOWN and the broker
 //     asks again. An error never becomes COMMIT or ROLLBACK.
+//
+// Resolve reads with a locking read (LOCK IN SHARE MODE), which sees only
+// committed rows and waits for a transaction still holding the key, so its
+// answer does not depend on the session's or the server's isolation level:
+// at READ UNCOMMITTED a plain read would see another transaction's
+// uncommitted row and answer COMMIT for a transaction that may still roll
+// back.
+//
+// [Checker.Purge] records how far it has purged (the purge horizon, in the
+// table named Table+"_horizon"). Once rows have been purged, a missing row
+// proves nothing for a transaction that began before the horizon, and
+// Resolve answers UNKNOWN with [ErrBeyondPurgeHorizon] instead of ROLLBACK.
+// A transaction's beginning is known from its UUIDv7 ID ([txmsg.IDTime]) or
+// from the half message's born time ([Checker.ResolveSince]); a
+// transaction with neither, after any purge, is treated as beyond the
+// horizon.
 package checker
 
 import (
@@ -24,6 +40,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -55,6 +72,19 @@ type Barrier struct {
 	TxID      string    `gorm:"column:tx_id;primaryKey;type:varbinary(255);size:255;not null"`
 	State     string    `gorm:"size:16;not null"`
 	CreatedAt time.Time `gorm:"precision:6;not null;index:idx_txmsg_barrier_created_at"`
+}
+
+// HorizonMargin is how much younger than the purge horizon a transaction
+// must be for a missing barrier row to mean ROLLBACK. It covers the clock
+// difference between the host that minted a caller-chosen UUIDv7 ID and
+// the producer that wrote the barrier row.
+const HorizonMargin = time.Minute
+
+// horizonRow is the one row of the horizon table: barrier rows created
+// before PurgedBefore may have been deleted.
+type horizonRow struct {
+	ID           int       `gorm:"primaryKey;autoIncrement:false"`
+	PurgedBefore time.Time `gorm:"precision:6;not null"`
 }
 
 // Config configures a [Checker].
@@ -89,8 +119,8 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if !store.ValidIdent(cfg.Table) {
-		return nil, fmt.Errorf("%w: checker: table name %q is not a plain SQL identifier", txmsg.ErrInvalidConfig, cfg.Table)
+	if !store.ValidIdent(cfg.Table) || !store.ValidIdent(cfg.Table+horizonSuffix) {
+		return nil, fmt.Errorf("%w: checker: table name %q is not a plain SQL identifier of at most %d characters", txmsg.ErrInvalidConfig, cfg.Table, 64-len(horizonSuffix))
 	}
 	if cfg.ResolveTimeout < 0 || cfg.CheckWindow < 0 {
 		return nil, fmt.Errorf("%w: checker: durations must not be negative", txmsg.ErrInvalidConfig)
@@ -107,12 +137,22 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	return &Checker{db: db, cfg: cfg, logger: cfg.Logger.With("component", "txmsg.checker", "table", cfg.Table)}, nil
 }
 
+const horizonSuffix = "_horizon"
+
+// DB returns the handle the checker reads and writes through.
+func (c *Checker) DB() *gorm.DB { return c.db }
+
 // Table returns the barrier table name.
 func (c *Checker) Table() string { return c.cfg.Table }
 
-// Migrate creates or updates the barrier table. On a table created before
-// tx_id was binary it converts the column first (one ALTER TABLE, which
-// rebuilds the table); see docs/reliability.md.
+// HorizonTable returns the name of the table where Purge records its
+// horizon: the barrier table's name + "_horizon".
+func (c *Checker) HorizonTable() string { return c.cfg.Table + horizonSuffix }
+
+// Migrate creates or updates the barrier table and its horizon table. On
+// a barrier table created before tx_id was binary it converts the column
+// first (one ALTER TABLE, which rebuilds the table); see
+// docs/reliability.md.
 func (c *Checker) Migrate(ctx context.Context) error {
 	converted, err := store.Migrate(ctx, c.db, c.cfg.Table, &Barrier{})
 	if len(converted) > 0 {
@@ -121,7 +161,65 @@ func (c *Checker) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("checker: migrate %s: %w", c.cfg.Table, err)
 	}
+	if err := c.db.WithContext(ctx).Table(c.HorizonTable()).AutoMigrate(&horizonRow{}); err != nil {
+		return fmt.Errorf("checker: migrate %s: %w", c.HorizonTable(), err)
+	}
 	return nil
+}
+
+// ErrOtherDatabase means two handles that must reach one database do not.
+var ErrOtherDatabase = errors.New("checker: the local transactions and the checker use different databases")
+
+// CheckSameDatabase verifies that db reaches the database (server and
+// schema) of the checker. The barrier row is written by the local
+// transaction on db and read by the checker; on two databases every
+// check-back would find no row and answer ROLLBACK for committed work.
+func (c *Checker) CheckSameDatabase(ctx context.Context, db *gorm.DB) error {
+	mine, err := databaseOf(ctx, c.db)
+	if err != nil {
+		return fmt.Errorf("checker: identify the checker's database: %w", err)
+	}
+	theirs, err := databaseOf(ctx, db)
+	if err != nil {
+		return fmt.Errorf("checker: identify the local transactions' database: %w", err)
+	}
+	if mine.schema == "" {
+		return fmt.Errorf("%w: the checker's connection has no current database; name one in the DSN", ErrOtherDatabase)
+	}
+	if mine != theirs {
+		return fmt.Errorf("%w: local transactions run on %s, the checker reads %s", ErrOtherDatabase, theirs, mine)
+	}
+	return nil
+}
+
+type dbIdentity struct {
+	schema, host string
+	port         int64
+}
+
+func (d dbIdentity) String() string {
+	schema := d.schema
+	if schema == "" {
+		schema = "(no database)"
+	}
+	return fmt.Sprintf("%q on %s:%d", schema, d.host, d.port)
+}
+
+func databaseOf(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
+	var row struct {
+		Schema *string
+		Host   string
+		Port   int64
+	}
+	err := db.WithContext(ctx).Raw("SELECT DATABASE() AS `schema`, @@hostname AS host, @@port AS port").Scan(&row).Error
+	if err != nil {
+		return dbIdentity{}, err
+	}
+	id := dbIdentity{host: row.Host, port: row.Port}
+	if row.Schema != nil {
+		id.schema = *row.Schema
+	}
+	return id, nil
 }
 
 // Begin records, inside the local transaction tx, that txID is committing.
@@ -152,13 +250,31 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	}
 }
 
+// ErrBeyondPurgeHorizon means a transaction has no barrier row and may
+// have begun before the purge horizon: its row may have been purged, so
+// its outcome is unknown. The answer is UNKNOWN, never ROLLBACK.
+var ErrBeyondPurgeHorizon = errors.New("checker: no barrier row, and the transaction may be older than the purge horizon (its row may have been purged)")
+
 // Resolve answers a check-back for txID: [txmsg.StateCommitted] or
 // [txmsg.StateRolledBack]. On a database error or timeout it returns
 // [txmsg.StateUnknown] and the error; it never guesses.
 //
 // Resolve writes a rolled_back row for a txID it has never seen, so that a
-// local transaction that starts after this answer cannot commit.
+// local transaction that starts after this answer cannot commit. After a
+// purge, a txID that may be older than the purge horizon gets
+// [txmsg.StateUnknown] and [ErrBeyondPurgeHorizon] instead, and nothing is
+// written. Resolve knows a transaction's age only from a UUIDv7 ID; use
+// ResolveSince when the half message is at hand.
 func (c *Checker) Resolve(ctx context.Context, txID string) (txmsg.LocalState, error) {
+	return c.ResolveSince(ctx, txID, time.Time{})
+}
+
+// ResolveSince is Resolve for a transaction that began no earlier than
+// began: the born time of its half message, which the producer stamps
+// before the local transaction writes its barrier row. The zero time means
+// unknown. It matters only when there is no barrier row: then the earlier
+// of began and the UUIDv7 ID's time is compared with the purge horizon.
+func (c *Checker) ResolveSince(ctx context.Context, txID string, began time.Time) (txmsg.LocalState, error) {
 	if txID == "" {
 		return txmsg.StateUnknown, errors.New("checker: empty tx ID")
 	}
@@ -171,6 +287,9 @@ func (c *Checker) Resolve(ctx context.Context, txID string) (txmsg.LocalState, e
 		return toLocalState(txID, state)
 	} else if !errors.Is(err, gorm.ErrRecordNotFound) {
 		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, err)
+	}
+	if err := c.checkHorizon(ctx, txID, began); err != nil {
+		return txmsg.StateUnknown, err
 	}
 	row := Barrier{TxID: txID, State: StateRolledBack, CreatedAt: time.Now().UTC()}
 	res := c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
@@ -211,15 +330,66 @@ func (c *Checker) Lookup(ctx context.Context, txID string) (string, error) {
 	return state, err
 }
 
+// state reads txID's barrier state with a locking read: it sees only
+// committed rows, whatever the session's isolation level, and waits for a
+// transaction that holds the key uncommitted.
 func (c *Checker) state(ctx context.Context, txID string) (string, error) {
-	var row Barrier
-	err := c.db.WithContext(ctx).Table(c.cfg.Table).
-		Where(clause.Eq{Column: clause.Column{Name: "tx_id"}, Value: txID}).
-		Take(&row).Error
+	var states []string
+	err := c.db.WithContext(ctx).
+		Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ? LOCK IN SHARE MODE", txID).
+		Scan(&states).Error
 	if err != nil {
 		return "", err
 	}
-	return row.State, nil
+	if len(states) == 0 {
+		return "", gorm.ErrRecordNotFound
+	}
+	return states[0], nil
+}
+
+// Horizon returns the purge horizon: barrier rows created before it may
+// have been deleted. The zero time means nothing was ever purged.
+func (c *Checker) Horizon(ctx context.Context) (time.Time, error) {
+	var rows []horizonRow
+	err := c.db.WithContext(ctx).Table(c.HorizonTable()).Where("id = 1").Find(&rows).Error
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1146:
+		// No horizon table: Purge, which writes it before it deletes, has
+		// never run on this database.
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("checker: read %s: %w", c.HorizonTable(), err)
+	case len(rows) == 0:
+		return time.Time{}, nil
+	}
+	return rows[0].PurgedBefore, nil
+}
+
+// checkHorizon returns ErrBeyondPurgeHorizon when txID, which has no
+// barrier row, may have had one that a purge deleted.
+func (c *Checker) checkHorizon(ctx context.Context, txID string, began time.Time) error {
+	horizon, err := c.Horizon(ctx)
+	if err != nil {
+		return fmt.Errorf("checker: resolve %s: %w", txID, err)
+	}
+	if horizon.IsZero() {
+		return nil
+	}
+	if t, ok := txmsg.IDTime(txID); ok && (began.IsZero() || t.Before(began)) {
+		began = t
+	}
+	if began.IsZero() || began.Before(horizon.Add(HorizonMargin)) {
+		return fmt.Errorf("%w: %s (began %s, horizon %s)", ErrBeyondPurgeHorizon, txID, stamp(began), horizon.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "unknown"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 // ErrCutoffInWindow means Purge was asked to delete barrier rows the broker
@@ -228,13 +398,23 @@ var ErrCutoffInWindow = errors.New("checker: purge cutoff is inside the broker's
 
 // Purge deletes barrier rows older than olderThan, in batches of batch rows
 // (0 means [txmsg.DefaultPurgeBatch]). It refuses an olderThan shorter than the configured
-// CheckWindow: a purged row would let a late check-back answer ROLLBACK for
-// a committed transaction.
+// CheckWindow. Before deleting, it records the cutoff as the purge horizon:
+// a later check-back for a transaction older than that gets UNKNOWN, never
+// ROLLBACK (see [ErrBeyondPurgeHorizon]).
 func (c *Checker) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	if olderThan < c.cfg.CheckWindow {
 		return 0, fmt.Errorf("%w: %s < %s", ErrCutoffInWindow, olderThan, c.cfg.CheckWindow)
 	}
-	n, err := store.PurgeBefore(ctx, c.db, c.cfg.Table, "tx_id", "created_at", time.Now().UTC().Add(-olderThan), batch)
+	cutoff := time.Now().UTC().Add(-olderThan)
+	// The horizon is recorded, and committed, before any row is deleted: a
+	// Resolve that finds a row missing then always sees a horizon at least
+	// as late as the deletion.
+	err := c.db.WithContext(ctx).Exec("INSERT INTO `"+c.HorizonTable()+"` (id, purged_before) VALUES (1, ?) "+
+		"ON DUPLICATE KEY UPDATE purged_before = GREATEST(purged_before, VALUES(purged_before))", cutoff).Error
+	if err != nil {
+		return 0, fmt.Errorf("checker: record the purge horizon in %s (run Migrate): %w", c.HorizonTable(), err)
+	}
+	n, err := store.PurgeBefore(ctx, c.db, c.cfg.Table, "tx_id", "created_at", cutoff, batch)
 	if n > 0 {
 		c.logger.Debug("purged barrier rows", "rows", n, "older_than", olderThan)
 	}

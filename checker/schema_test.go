@@ -19,4 +19,5 @@ func TestBarrierSQLMatchesMigrate(t *testing.T) {
 	require.NoError(t, chk.Migrate(context.Background()))
 	testbed.ExecSQLFile(t, fromFile, "barrier.sql")
 	require.Equal(t, testbed.Shape(t, migrated, checker.DefaultTable), testbed.Shape(t, fromFile, checker.DefaultTable))
+	require.Equal(t, testbed.Shape(t, migrated, chk.HorizonTable()), testbed.Shape(t, fromFile, chk.HorizonTable()))
 }

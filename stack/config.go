@@ -116,6 +116,15 @@ type OutboxConfig struct {
 	Relays int
 	// MaxBatch is the relays' publisher's [txrmq.PublisherConfig.MaxBatch].
 	MaxBatch int
+	// Checker answers the check-backs that reach the relays' publisher. The
+	// publisher is in RocketMQ.Group, so while a service switches from
+	// transactional mode (some replicas still sending half messages, or
+	// half messages still unresolved on the broker) the broker sends that
+	// group's check-backs to it too. Set it to a checker on the barrier
+	// table of the transactional mode (Migrate then creates that table
+	// too); without it such check-backs are answered UNKNOWN and logged.
+	// Optional.
+	Checker *checker.Checker
 }
 
 // invalid returns an error wrapping txmsg.ErrInvalidConfig.

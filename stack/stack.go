@@ -37,6 +37,7 @@ type Stack struct {
 	pub     *txrmq.Publisher
 	ob      *outbox.Outbox
 	relays  []*outbox.Relay
+	barrier *checker.Checker // local-table mode: OutboxConfig.Checker
 
 	// sweeperGroup is the sweeper's group, "" without one.
 	sweeperGroup string
@@ -150,10 +151,12 @@ func Outbox(cfg OutboxConfig) (*Stack, error) {
 	if cfg.Parts&PartBackground == 0 {
 		return s, nil
 	}
+	s.barrier = cfg.Checker
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
 		Config:   cfg.rocketMQ(cfg.RocketMQ.Group, nil),
 		Topics:   cfg.Topics,
 		MaxBatch: cfg.MaxBatch,
+		Checker:  cfg.Checker,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stack: relay: %w", err)
@@ -192,12 +195,18 @@ func (s *Stack) Mode() string { return s.mode }
 func (s *Stack) Parts() Part { return s.parts }
 
 // Migrate creates or updates the mode's tables: the barrier table, or the
-// outbox table and its lease table. It needs no broker and may run before
+// outbox table and its lease table (and, with OutboxConfig.Checker, the
+// barrier table too). It needs no broker and may run before
 // Start. The SQL files next to the packages (checker/barrier.sql,
 // adapters/outbox/outbox.sql) hold the same tables for migration tools.
 func (s *Stack) Migrate(ctx context.Context) error {
 	if s.chk != nil {
 		return s.chk.Migrate(ctx)
+	}
+	if s.barrier != nil {
+		if err := s.barrier.Migrate(ctx); err != nil {
+			return err
+		}
 	}
 	return s.ob.Migrate(ctx)
 }

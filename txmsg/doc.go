@@ -18,4 +18,28 @@
 //
 // A service changes mode by wiring a different [Transactor]; its business
 // code does not change.
+//
+// # Transact opens its own transaction
+//
+// [Transactor.Transact] (and [Producer.Send]) begins a new database
+// transaction on the handle its Transactor was built with, and passes it to
+// the local function. It does not join a transaction the caller already
+// holds: called inside db.Transaction(func(tx *gorm.DB) error {...}), it
+// runs on a second connection, so its writes and the event commit
+// independently of the outer transaction (the outer one can still roll
+// back after the event is out), and with a pool of one connection it waits
+// for the connection the caller holds until ctx ends. Transact cannot tell, since
+// the outer transaction is never passed to it.
+//
+// Put the business writes in the local function instead, on the tx it is
+// given, and call Transact outside any transaction:
+//
+//	_, err := producer.Send(ctx, event, func(ctx context.Context, tx *gorm.DB) error {
+//		return tx.Create(&order).Error // commits or rolls back with the event
+//	})
+//
+// Code that must keep a transaction of its own can, in local-table mode,
+// write the event into that transaction with the outbox's EnqueueTx.
+// Transactional mode cannot join a transaction that is already open: the
+// half message must be sent before the local transaction begins.
 package txmsg

@@ -57,6 +57,15 @@ type HookCheckBack interface {
 	OnCheckBack(txID, topic string, state LocalState, err error, took time.Duration)
 }
 
+// HookHeld is called when the outcome of a transactional message cannot be
+// known because its barrier row may have been purged (the transaction is
+// older than the purge horizon). The message is kept where an operator sees
+// it, never dropped: the sweeper parks it in the dead-letter table (or
+// leaves it on the broker), and a check-back answers UNKNOWN. err says why.
+type HookHeld interface {
+	OnHeld(txID, topic string, err error)
+}
+
 // HookRelayBatch is called after a relay published a batch: size rows
 // claimed, failed of them not published, took the publish time.
 type HookRelayBatch interface {
@@ -97,6 +106,7 @@ const (
 	kindHalfSent
 	kindLocalDone
 	kindCheckBack
+	kindHeld
 	kindRelayBatch
 	kindRelayUnavailable
 	kindBeforeHandle
@@ -104,12 +114,12 @@ const (
 	numHookKinds
 )
 
-var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed"}
+var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnHeld", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed"}
 
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed:
+	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed:
 		return true
 	}
 	return false
@@ -128,7 +138,7 @@ func (hs Hooks) Validate() error {
 		case h == nil:
 			return fmt.Errorf("%w: hook %d is nil", ErrInvalidConfig, i)
 		case !isHook(h):
-			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed); check its method names and receivers", ErrInvalidConfig, i, h)
+			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed); check its method names and receivers", ErrInvalidConfig, i, h)
 		}
 	}
 	return nil
@@ -242,6 +252,15 @@ func (hs Hooks) CheckBack(txID, topic string, state LocalState, err error, took 
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookCheckBack); ok {
 			safe(hk, kindCheckBack, func() { h.OnCheckBack(txID, topic, state, err, took) })
+		}
+	}
+}
+
+// Held calls every HookHeld.
+func (hs Hooks) Held(txID, topic string, err error) {
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookHeld); ok {
+			safe(hk, kindHeld, func() { h.OnHeld(txID, topic, err) })
 		}
 	}
 }

@@ -73,3 +73,32 @@ func formatUUID(b [16]byte) string {
 	hex.Encode(s[24:], b[10:])
 	return string(s[:])
 }
+
+// IDTime returns the creation time a UUIDv7 ID carries (to the
+// millisecond), and false for an ID that is not a UUIDv7 in canonical
+// form, such as one a caller chose.
+func IDTime(id string) (time.Time, bool) {
+	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' || id[14] != '7' {
+		return time.Time{}, false
+	}
+	var b [16]byte
+	if _, err := hex.Decode(b[0:4], []byte(id[0:8])); err != nil {
+		return time.Time{}, false
+	}
+	if _, err := hex.Decode(b[4:6], []byte(id[9:13])); err != nil {
+		return time.Time{}, false
+	}
+	for _, part := range [][2]int{{14, 18}, {19, 23}, {24, 36}} {
+		var tmp [6]byte
+		if _, err := hex.Decode(tmp[:(part[1]-part[0])/2], []byte(id[part[0]:part[1]])); err != nil {
+			return time.Time{}, false
+		}
+	}
+	switch id[19] {
+	case '8', '9', 'a', 'b', 'A', 'B':
+	default:
+		return time.Time{}, false
+	}
+	ms := int64(b[0])<<40 | int64(b[1])<<32 | int64(b[2])<<24 | int64(b[3])<<16 | int64(b[4])<<8 | int64(b[5])
+	return time.UnixMilli(ms), true
+}

@@ -77,3 +77,16 @@ func BenchmarkNewID(b *testing.B) {
 		_ = NewID()
 	}
 }
+
+func TestIDTime(t *testing.T) {
+	before := time.Now().Truncate(time.Millisecond)
+	id := NewID()
+	got, ok := IDTime(id)
+	require.True(t, ok, id)
+	require.False(t, got.Before(before), "%v before %v", got, before)
+	require.False(t, got.After(time.Now()))
+	for _, bad := range []string{"", "order-42", "01a2313e-0958-428d-bd18-f845d9dfa3d3", "01a2313e-0958-728d-cd18-f845d9dfa3d3", "01a2313e-0958-728d-bd18-f845d9dfa3dz", "01a2313e0958728dbd18f845d9dfa3d3xxxx"} {
+		_, ok := IDTime(bad)
+		require.False(t, ok, bad)
+	}
+}

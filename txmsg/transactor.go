@@ -24,6 +24,12 @@ type LocalTx func(ctx context.Context, tx *gorm.DB) error
 // the error says why; a non-nil Receipt alongside it carries the ID and the
 // state reached ([StateRolledBack], or [StateUnknown] with
 // [ErrOutcomeUnknown]).
+//
+// Transact begins its own database transaction. Called inside a
+// transaction the caller holds, it runs on a second connection: its work
+// is not atomic with the outer transaction, and with a one-connection pool
+// it deadlocks. Do the business writes in local instead; see the package
+// documentation.
 type Transactor interface {
 	Transact(ctx context.Context, msg *Message, local LocalTx) (*Receipt, error)
 }

@@ -36,6 +36,10 @@ const insertChunkBytes = 1 << 20
 // outcome is unknown: the error wraps txmsg.ErrOutcomeUnknown, the Receipt
 // says txmsg.StateUnknown, and the message is published if and only if the
 // commit landed.
+//
+// The transaction is a new one on the Outbox's db, never one the caller
+// holds: inside an open transaction use EnqueueTx on that transaction
+// instead of calling Transact.
 func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.LocalTx) (*txmsg.Receipt, error) {
 	if local == nil {
 		return nil, txmsg.ErrNilLocalTx

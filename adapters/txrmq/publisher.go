@@ -14,6 +14,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
+	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -32,13 +33,29 @@ type PublisherConfig struct {
 	// look the route up (concurrent first sends to a new topic can fail
 	// with "route info not found" in the client). Optional.
 	Topics []string
+	// Checker answers the transaction check-backs the broker sends to
+	// this publisher. The broker sends a group's check-backs to any live
+	// producer of the group, so a publisher that shares its group with
+	// transactional producers (for example during a switch from
+	// transactional to local-table mode) must answer them from the
+	// barrier: give it the checker of that group's database. Without a
+	// Checker, a check-back that reaches the publisher is answered UNKNOWN
+	// at once and logged as a warning; the broker asks again later.
+	Checker *checker.Checker
+	// CheckBackWorkers and CheckBackQueue bound check-back answering as
+	// in [TransactionalConfig]. Defaults [DefaultCheckBackWorkers] and
+	// [DefaultCheckBackQueue].
+	CheckBackWorkers int
+	CheckBackQueue   int
 }
 
 // Publisher sends messages right away through a plain RocketMQ producer.
 // It implements [txmsg.Publisher]; the local-table mode's relay uses it.
 type Publisher struct {
 	cfg  PublisherConfig
-	prod rmq.Producer
+	prod rmq.Producer            // sends
+	tp   rmq.TransactionProducer // owns prod and receives check-backs; nil if prod is a plain producer
+	cb   *checkBacks
 	log  *slog.Logger
 
 	mu      sync.RWMutex
@@ -69,14 +86,50 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			return nil, fmt.Errorf("%w: publisher: %w", txmsg.ErrInvalidConfig, err)
 		}
 	}
+	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
+	if err := limits.validate("publisher"); err != nil {
+		return nil, err
+	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
-	opts := producerOptions(&cfg.Config, "pub")
-	p, err := rmq.NewProducer(opts...)
+	p := &Publisher{cfg: cfg, log: cfg.Logger.With("component", "txmsg.publisher", "group", cfg.Group)}
+	var answer func(context.Context, *primitive.MessageExt) primitive.LocalTransactionState
+	if cfg.Checker != nil {
+		answer = func(ctx context.Context, ext *primitive.MessageExt) primitive.LocalTransactionState {
+			return resolveFromBarrier(ctx, cfg.Checker, p.log, cfg.Hooks, ext)
+		}
+	}
+	p.cb = newCheckBacks(p.log, cfg.Hooks, limits, answer)
+	// The sends go through the transaction producer's inner producer, so
+	// that the publisher has the client's check-back reader.
+	tp, err := newCheckBackProducer(&cfg.Config, "pub", p.cb, pubListener{p.cb})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
 	}
-	return &Publisher{cfg: cfg, prod: p, log: cfg.Logger.With("component", "txmsg.publisher", "group", cfg.Group)}, nil
+	if inner, err := clientinternals.InnerProducer(tp); err == nil {
+		if prod, ok := inner.(rmq.Producer); ok {
+			p.prod, p.tp = prod, tp
+			return p, nil
+		}
+	}
+	p.log.Warn("cannot send through the client's transaction producer; check-backs that reach this publisher stay unanswered")
+	p.cb.in = nil
+	if p.prod, err = rmq.NewProducer(producerOptions(&cfg.Config, "pub")...); err != nil {
+		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
+	}
+	return p, nil
+}
+
+// pubListener answers the check-backs that reach a Publisher. It never
+// runs local transactions: the publisher sends no half messages.
+type pubListener struct{ cb *checkBacks }
+
+func (pubListener) ExecuteLocalTransaction(*primitive.Message) primitive.LocalTransactionState {
+	return primitive.UnkonwnState
+}
+
+func (l pubListener) CheckLocalTransaction(ext *primitive.MessageExt) primitive.LocalTransactionState {
+	return l.cb.check(ext)
 }
 
 // Start connects the producer and fetches the routes of the configured
@@ -93,7 +146,12 @@ func (p *Publisher) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start publisher: %w", err)
 	}
-	if err := p.prod.Start(); err != nil {
+	p.cb.start()
+	start := p.prod.Start
+	if p.tp != nil {
+		start = p.tp.Start
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("rocketmq: start publisher: %w", err)
 	}
 	p.started = true
@@ -313,7 +371,8 @@ func uniqueErrs(errs []error) []error {
 }
 
 // Close stops new publishes, waits for those under way (or for ctx), then
-// shuts the producer down.
+// shuts the producer down and ends every goroutine it started, the
+// client's check-back reader included.
 func (p *Publisher) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -323,7 +382,10 @@ func (p *Publisher) Close(ctx context.Context) error {
 	p.closed = true
 	started := p.started
 	p.mu.Unlock()
+	p.cb.beginClose()
+	defer p.cb.finish()
 	if !started {
+		p.cb.stopWorkers()
 		return nil
 	}
 	done := make(chan struct{})
@@ -334,7 +396,12 @@ func (p *Publisher) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("rocketmq: publisher close: %w", ctx.Err())
 	}
-	if serr := p.prod.Shutdown(); serr != nil && err == nil {
+	p.cb.stopWorkers()
+	shutdown := p.prod.Shutdown
+	if p.tp != nil {
+		shutdown = p.tp.Shutdown
+	}
+	if serr := shutdown(); serr != nil && err == nil {
 		err = fmt.Errorf("rocketmq: publisher shutdown: %w", serr)
 	}
 	return err

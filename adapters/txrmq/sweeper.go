@@ -2,6 +2,7 @@ package txrmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -43,6 +44,15 @@ type SweeperConfig struct {
 	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
 	// ConsumerConfig.RetryDelayLevel.
 	RetryDelayLevel int
+	// DeadLetters is where the sweeper parks a half message whose outcome
+	// cannot be known because its barrier row may have been purged (see
+	// checker.ErrBeyondPurgeHorizon), under the sweeper's group: `txmsgctl
+	// dead list -kind consumer -group <sweeper group>` lists them, and
+	// `dead requeue` publishes one once an operator has checked that its
+	// transaction committed. Nil means the dead-letter table
+	// (txmsg.DefaultDeadLetterTable) in the checker's database. When
+	// parking fails, the message is left unacknowledged on the broker.
+	DeadLetters *txmsg.Inbox
 }
 
 // Sweeper closes the one gap the check-back protocol leaves: when the
@@ -60,6 +70,13 @@ type SweeperConfig struct {
 //
 // The sweeper needs RocketMQ 4.5.2 or later: older brokers drop a discarded
 // half message instead of moving it to CheckMaxTimeTopic.
+//
+// A half message older than the barrier's purge horizon has no answer: its
+// barrier row may have been purged, and a missing row no longer means the
+// transaction rolled back. The sweeper never drops such a message. It logs
+// it at error level, calls the [txmsg.HookHeld] hooks, parks it in
+// DeadLetters and only then acknowledges it; if parking fails it leaves it
+// on the broker.
 type Sweeper struct {
 	cfg    SweeperConfig
 	chk    *checker.Checker
@@ -103,6 +120,13 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 	}
 	if len(cfg.ProducerGroups) == 0 {
 		return nil, fmt.Errorf("%w: sweeper: ProducerGroups is empty", txmsg.ErrInvalidConfig)
+	}
+	if cfg.DeadLetters == nil {
+		in, err := txmsg.NewInbox(chk.DB(), txmsg.InboxConfig{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("%w: sweeper: %w", txmsg.ErrInvalidConfig, err)
+		}
+		cfg.DeadLetters = in
 	}
 	s := &Sweeper{cfg: cfg, chk: chk, pub: pub, groups: map[string]bool{}, done: make(chan struct{}),
 		log: cfg.Logger.With("component", "txmsg.sweeper", "group", cfg.Group)}
@@ -258,14 +282,26 @@ func (s *Sweeper) consume(ctx context.Context, msgs ...*primitive.MessageExt) (r
 	return consumer.ConsumeSuccess, nil
 }
 
+// sweep's verdicts on one half message.
+type verdict int
+
+const (
+	swept    verdict = iota // done: it may be acknowledged
+	retry                   // the database or the broker failed: try again
+	handBack                // keep it on the broker; retrying now is no use
+)
+
 // sweepWithRetry retries one half message in-process for up to HoldFor:
 // a broker redelivery would wait for the retry topic's delay instead.
 func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt) bool {
 	deadline := time.Now().Add(s.cfg.HoldFor)
 	wait := 500 * time.Millisecond
 	for {
-		if s.sweep(ctx, ext) {
+		switch s.sweep(ctx, ext) {
+		case swept:
 			return true
+		case handBack:
+			return false
 		}
 		if time.Now().Add(wait).After(deadline) {
 			return false
@@ -281,35 +317,65 @@ func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt)
 	}
 }
 
-// sweep handles one discarded half message and reports whether it may be
-// acknowledged.
-func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) bool {
+// sweep handles one discarded half message.
+func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict {
 	if !s.groups[ext.GetProperty(primitive.PropertyProducerGroup)] {
-		return true
+		return swept
 	}
 	id := ext.GetProperty(txmsg.PropertyID)
 	realTopic := ext.GetProperty(txmsg.PropertyTopic)
 	if id == "" || realTopic == "" {
 		s.log.Warn("discarded half message without a txmsg ID or real topic; leaving it", "broker_msg_id", ext.MsgId)
-		return true
+		return swept
 	}
 	log := s.log.With("txmsg_id", id, "topic", realTopic)
-	state, err := s.chk.Resolve(ctx, id)
+	state, err := s.chk.ResolveSince(ctx, id, bornAt(ext))
+	if errors.Is(err, checker.ErrBeyondPurgeHorizon) {
+		return s.hold(ctx, ext, id, realTopic, err)
+	}
 	if err != nil {
 		log.Warn("discarded half message: barrier unreachable; will retry", "err", err)
-		return false
+		return retry
 	}
 	log = log.With("state", state.String())
 	if state != txmsg.StateCommitted {
 		log.Info("discarded half message was rolled back; dropping it")
-		return true
+		return swept
 	}
 	m := fromExt(ext).Message
 	m.ID, m.Topic = id, realTopic
 	if err := s.pub.Publish(ctx, m); err != nil {
 		log.Warn("discarded half message was committed; republishing failed, will retry", "err", err)
-		return false
+		return retry
 	}
 	log.Info("discarded half message was committed; republished it")
-	return true
+	return swept
+}
+
+// hold keeps a half message whose outcome the barrier can no longer tell:
+// it is parked for an operator, or left on the broker.
+func (s *Sweeper) hold(ctx context.Context, ext *primitive.MessageExt, id, realTopic string, cause error) verdict {
+	s.cfg.Hooks.Held(id, realTopic, cause)
+	r := fromExt(ext)
+	r.Message.ID, r.Message.Topic = id, realTopic
+	r.Attempt = int(ext.ReconsumeTimes) + 1
+	if err := s.cfg.DeadLetters.Park(ctx, s.cfg.Group, r, cause); err != nil {
+		s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
+			"parking it failed, leaving it on the broker", "txmsg_id", id, "topic", realTopic, "err", cause, "park_err", err)
+		return handBack
+	}
+	_, table := s.cfg.DeadLetters.Tables()
+	s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
+		"parked it for an operator (txmsgctl dead list -kind consumer -group "+s.cfg.Group+")",
+		"txmsg_id", id, "topic", realTopic, "dead_letter_table", table, "err", cause)
+	return swept
+}
+
+// bornAt is when the producer sent the half message, by its own clock:
+// before its local transaction wrote the barrier row.
+func bornAt(ext *primitive.MessageExt) time.Time {
+	if ext.BornTimestamp <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ext.BornTimestamp)
 }

@@ -2,6 +2,7 @@ package txrmq
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,4 +87,90 @@ func TestSweeperConfigValidation(t *testing.T) {
 	_, err = NewPublisher(PublisherConfig{Config: withHooks})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.ErrorContains(t, err, "outbox.RelayConfig.Hooks")
+}
+
+// heldHook records HookHeld calls.
+type heldHook struct {
+	mu   sync.Mutex
+	held map[string]error
+}
+
+func (h *heldHook) OnHeld(txID, _ string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = map[string]error{}
+	}
+	h.held[txID] = err
+}
+
+func (h *heldHook) get(id string) (error, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	err, ok := h.held[id]
+	return err, ok
+}
+
+// A committed transaction's half message reaches the sweeper after its
+// barrier row was purged. A missing row then proves nothing: the sweeper
+// must not drop the event as rolled back, but keep it for an operator,
+// parked in the dead-letter table, with an error log and a hook call.
+func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	inbox, err := txmsg.NewInbox(e.db, txmsg.InboxConfig{})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(context.Background()))
+
+	// Check-backs cannot reach the database, so the broker discards the
+	// half message after its check window.
+	proxy, cutChk := e.cuttableChecker(t)
+	e.start(t, e.db, cutChk, nil)
+	proxy.Cut()
+	committed := txmsg.NewID()
+	runChild(t, e, "after-local-commit", committed)
+	require.Equal(t, checker.StateCommitted, e.barrier(t, committed))
+
+	// Retention runs with a short window and deletes the row.
+	purger, err := checker.New(e.db, checker.Config{CheckWindow: time.Second})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := purger.Purge(context.Background(), time.Second, 0)
+		require.NoError(t, err)
+		return n == 1
+	}, 30*time.Second, 200*time.Millisecond)
+
+	logger, logs := newLogRecorder()
+	hook := &heldHook{}
+	group := testbed.Name(t, "sweep")
+	sw, err := NewSweeper(SweeperConfig{
+		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: group, Logger: logger, Hooks: txmsg.Hooks{hook}},
+		ProducerGroups:  []string{e.group},
+		HoldFor:         time.Second,
+		RetryDelayLevel: 1,
+	}, e.chk, newTestPublisher(t, 0))
+	require.NoError(t, err)
+	require.NoError(t, sw.Start(context.Background()))
+	t.Cleanup(func() { _ = sw.Close(context.Background()) })
+
+	require.Eventually(t, func() bool {
+		_, ok := hook.get(committed)
+		return ok || logs.countLines("rolled back; dropping", committed) > 0
+	}, 120*time.Second, 100*time.Millisecond, "the broker did not discard the half message; logs:\n%s", logs)
+	require.Zero(t, logs.countLines("rolled back; dropping", committed), "a possibly committed event was dropped as rolled back")
+	herr, ok := hook.get(committed)
+	require.True(t, ok)
+	require.ErrorIs(t, herr, checker.ErrBeyondPurgeHorizon)
+	require.Equal(t, 1, logs.countLines("level=ERROR", "purge horizon", committed))
+
+	var parked []txmsg.DeadLetter
+	require.NoError(t, e.db.Table(txmsg.DefaultDeadLetterTable).Where("msg_id = ?", committed).Find(&parked).Error)
+	require.Len(t, parked, 1)
+	require.Equal(t, group, parked[0].ConsumerGroup)
+	require.Equal(t, e.topic, parked[0].Topic)
+	require.Equal(t, `{"from":"child"}`, string(parked[0].Body))
+	require.Contains(t, parked[0].Error, "purge horizon")
+	require.Empty(t, e.barrier(t, committed), "no rolled_back row may be written for it")
+	require.Zero(t, obs.Count(committed))
 }

@@ -2,6 +2,7 @@ package txrmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -26,6 +27,14 @@ type TransactionalConfig struct {
 	// service answers check-backs before its first send. Optional but
 	// recommended.
 	Topics []string
+	// CheckBackWorkers is how many check-backs are resolved from the
+	// barrier at once. Default [DefaultCheckBackWorkers].
+	CheckBackWorkers int
+	// CheckBackQueue is how many check-backs may wait for a worker. One
+	// that finds the queue full, while the database is slow, is answered
+	// UNKNOWN at once and the broker asks again later, so check-backs never
+	// pile up in memory. Default [DefaultCheckBackQueue].
+	CheckBackQueue int
 }
 
 // Transactional is the transactional-mode [txmsg.Transactor]: it sends a
@@ -40,11 +49,7 @@ type Transactional struct {
 	prod rmq.TransactionProducer
 
 	calls sync.Map // txmsg ID → *call
-
-	// closing is closed when Close begins, released when the client has
-	// shut down; a check-back answered in between waits (see hold).
-	closing  chan struct{}
-	released chan struct{}
+	cb    *checkBacks
 
 	mu      sync.RWMutex
 	started bool
@@ -62,16 +67,28 @@ type call struct {
 	local txmsg.LocalTx
 	id    string
 	ran   bool
-	// holding is set while this process's local transaction holds the
-	// barrier row, uncommitted.
+	// holding is set once this process's local transaction holds the
+	// barrier row, and stays set until Transact returns, after its own
+	// END_TRANSACTION was sent.
 	holding atomic.Bool
 	state   txmsg.LocalState
 	err     error
 }
 
+// sameDatabaseTimeout bounds NewTransactional's check that db and the
+// checker reach one database.
+const sameDatabaseTimeout = 10 * time.Second
+
 // NewTransactional validates cfg and builds a transactional producer whose
 // local transactions run on db and whose check-backs chk answers. Call
 // Start before Transact.
+//
+// db and the checker's handle must reach the same database: the local
+// transaction writes the barrier row the checker reads. NewTransactional
+// asks both (SELECT DATABASE(), @@hostname, @@port) and refuses a mismatch
+// with an error matching [txmsg.ErrInvalidConfig] and
+// [checker.ErrOtherDatabase]; it fails too when the database cannot be
+// reached within 10 s.
 func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker) (*Transactional, error) {
 	if err := cfg.validate("transactional producer"); err != nil {
 		return nil, err
@@ -89,11 +106,24 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), sameDatabaseTimeout)
+	err = chk.CheckSameDatabase(ctx, db)
+	cancel()
+	switch {
+	case errors.Is(err, checker.ErrOtherDatabase):
+		return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("rocketmq: transactional producer: %w", err)
+	}
+	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
+	if err := limits.validate("transactional producer"); err != nil {
+		return nil, err
+	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
-	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
-		closing: make(chan struct{}), released: make(chan struct{})}
-	prod, err := rmq.NewTransactionProducer(listener{t}, producerOptions(&cfg.Config, "tx")...)
+	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group)}
+	t.cb = newCheckBacks(t.log, cfg.Hooks, limits, t.resolve)
+	prod, err := newCheckBackProducer(&cfg.Config, "tx", t.cb, listener{t})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new transactional producer: %w", err)
 	}
@@ -117,6 +147,7 @@ func (t *Transactional) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	t.cb.start()
 	if err := t.prod.Start(); err != nil {
 		return fmt.Errorf("rocketmq: start transactional producer: %w", err)
 	}
@@ -154,6 +185,10 @@ func (t *Transactional) enter() error {
 // is returned wrapped, with a Receipt in StateRolledBack;
 // txmsg.ErrRolledBackByCheck when a check-back decided first;
 // txmsg.ErrOutcomeUnknown when COMMIT's result was lost.
+//
+// The local transaction is a new one on the producer's db, never one the
+// caller holds: do not call Transact inside an open gorm transaction (see
+// the txmsg package documentation).
 func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.LocalTx) (*txmsg.Receipt, error) {
 	if local == nil {
 		return nil, txmsg.ErrNilLocalTx
@@ -226,7 +261,6 @@ func (t *Transactional) runLocal(c *call) {
 		return
 	}
 	c.holding.Store(true)
-	defer c.holding.Store(false)
 	if err := txmsg.CallLocal(c.ctx, tx, c.local); err != nil {
 		tx.Rollback()
 		c.state, c.err = txmsg.StateRolledBack, err
@@ -242,30 +276,18 @@ func (t *Transactional) runLocal(c *call) {
 }
 
 // resolve answers one check-back from the barrier table.
-func (t *Transactional) resolve(ext *primitive.MessageExt) primitive.LocalTransactionState {
+func (t *Transactional) resolve(ctx context.Context, ext *primitive.MessageExt) primitive.LocalTransactionState {
 	id := ext.GetProperty(txmsg.PropertyID)
-	if id == "" {
-		t.log.Warn("check-back for a half message without a txmsg ID; answering UNKNOWN", "broker_msg_id", ext.MsgId, "topic", ext.Topic)
-		return primitive.UnkonwnState
-	}
-	if v, ok := t.calls.Load(id); ok && v.(*call).holding.Load() {
-		// The local transaction is running in this process and will send
-		// its own END_TRANSACTION. Waiting on its barrier row would stall
-		// every other check-back of the process, and a COMMIT answered
-		// here as well would make the broker deliver the message twice.
+	if v, ok := t.calls.Load(id); ok && id != "" && v.(*call).holding.Load() {
+		// The local transaction runs, or has just ended, in this process,
+		// which sends its own END_TRANSACTION. Waiting on its barrier row
+		// would hold a worker, and a COMMIT answered here as well would
+		// make the broker deliver the message twice.
 		t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
 		t.cfg.Hooks.CheckBack(id, ext.Topic, txmsg.StateUnknown, nil, 0)
 		return primitive.UnkonwnState
 	}
-	start := time.Now()
-	state, err := t.chk.Resolve(context.Background(), id) // bounded by the checker's ResolveTimeout
-	t.cfg.Hooks.CheckBack(id, ext.Topic, state, err, time.Since(start))
-	if err != nil {
-		t.log.Warn("check-back unresolved; answering UNKNOWN, the broker will ask again", "txmsg_id", id, "topic", ext.Topic, "err", err)
-		return primitive.UnkonwnState
-	}
-	t.log.Debug("check-back answered", "txmsg_id", id, "topic", ext.Topic, "state", state.String())
-	return toPrimitiveState(state)
+	return resolveFromBarrier(ctx, t.chk, t.log, t.cfg.Hooks, ext)
 }
 
 func toPrimitiveState(s txmsg.LocalState) primitive.LocalTransactionState {
@@ -280,8 +302,9 @@ func toPrimitiveState(s txmsg.LocalState) primitive.LocalTransactionState {
 }
 
 // Close stops new sends, waits for those under way (or for ctx), then
-// shuts the producer down. Check-backs for this group keep being answered
-// by the group's other live producers.
+// shuts the producer down and ends every goroutine it started, the
+// client's check-back reader included. Check-backs for this group keep
+// being answered by the group's other live producers.
 func (t *Transactional) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if t.closed {
@@ -291,8 +314,8 @@ func (t *Transactional) Close(ctx context.Context) error {
 	t.closed = true
 	started := t.started
 	t.mu.Unlock()
-	close(t.closing)
-	defer close(t.released)
+	t.cb.beginClose()
+	defer t.cb.finish()
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()
 	var err error
@@ -301,6 +324,7 @@ func (t *Transactional) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("rocketmq: transactional producer close: %w", ctx.Err())
 	}
+	t.cb.stopWorkers()
 	if started {
 		if serr := t.prod.Shutdown(); serr != nil && err == nil {
 			err = fmt.Errorf("rocketmq: transactional producer shutdown: %w", serr)
@@ -310,7 +334,8 @@ func (t *Transactional) Close(ctx context.Context) error {
 }
 
 // listener adapts the client's callbacks. Both recover panics: a panic in
-// the check-back goroutine would stop all later check-backs of the process.
+// the client's check-back goroutine would stop all later check-backs of the
+// process.
 type listener struct{ t *Transactional }
 
 func (l listener) ExecuteLocalTransaction(m *primitive.Message) (state primitive.LocalTransactionState) {
@@ -331,27 +356,8 @@ func (l listener) ExecuteLocalTransaction(m *primitive.Message) (state primitive
 	return toPrimitiveState(c.state)
 }
 
-func (l listener) CheckLocalTransaction(ext *primitive.MessageExt) (state primitive.LocalTransactionState) {
-	defer l.t.hold()
-	defer func() {
-		if r := recover(); r != nil {
-			l.t.log.Error("panic while answering a check-back; answering UNKNOWN", "panic", r)
-			state = primitive.UnkonwnState
-		}
-	}()
-	return l.t.resolve(ext)
-}
-
-// hold keeps a check-back answer from being sent while Close shuts the
-// client down: the client's shutdown and its answering goroutine touch the
-// same state without synchronisation. After the shutdown the answer is
-// dropped, and the broker asks another producer of the group.
-func (t *Transactional) hold() {
-	select {
-	case <-t.closing:
-		<-t.released
-	default:
-	}
+func (l listener) CheckLocalTransaction(ext *primitive.MessageExt) primitive.LocalTransactionState {
+	return l.t.cb.check(ext)
 }
 
 var _ primitive.TransactionListener = listener{}

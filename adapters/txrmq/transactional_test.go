@@ -355,3 +355,87 @@ func TestTransactionalDatabaseDownRunsNothing(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond)
 	obs.Delivered(t, next.ID)
 }
+
+// The barrier row written by the local transaction must be the one the
+// checker reads: a checker on another database would answer ROLLBACK for
+// every committed transaction that needs a check-back.
+func TestTransactionalRefusesACheckerOnAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	other := testbed.DB(t)
+	chk, err := checker.New(other, checker.Config{})
+	require.NoError(t, err)
+	_, err = NewTransactional(e.config(nil), e.db, chk)
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorIs(t, err, checker.ErrOtherDatabase)
+	require.ErrorContains(t, err, "different databases")
+
+	// The same database through another pool is fine.
+	again, err := testbed.Open(e.dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if s, err := again.DB(); err == nil {
+			_ = s.Close()
+		}
+	})
+	same, err := checker.New(again, checker.Config{})
+	require.NoError(t, err)
+	tr, err := NewTransactional(e.config(nil), e.db, same)
+	require.NoError(t, err)
+	require.NoError(t, tr.Close(context.Background()))
+}
+
+// Transact does not join a transaction the caller holds (the package
+// documentation says so and shows what to do instead). Inside an open
+// transaction it runs on a second connection: the event and its local work
+// commit even though the outer transaction rolls back. With a pool of one
+// connection it waits for the caller's connection until ctx ends, and
+// nothing is sent or written.
+func TestTransactInsideAnOpenTransactionIsNotJoined(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	tr := e.start(t, e.db, e.chk, nil)
+	ctx := context.Background()
+
+	msg := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	outerFailed := errors.New("outer transaction fails after Transact")
+	err := e.db.Transaction(func(outer *gorm.DB) error {
+		if err := createOrder("outer")(ctx, outer); err != nil {
+			return err
+		}
+		if _, err := tr.Transact(ctx, msg, createOrder("inner")); err != nil {
+			return err
+		}
+		return outerFailed
+	})
+	require.ErrorIs(t, err, outerFailed)
+	obs.Delivered(t, msg.ID)
+	var skus []string
+	require.NoError(t, e.db.Model(&order{}).Pluck("sku", &skus).Error)
+	require.Equal(t, []string{"inner"}, skus, "the inner work committed on its own connection")
+
+	// One connection: Transact waits for the caller's until ctx ends.
+	one, err := testbed.Open(e.dsn)
+	require.NoError(t, err)
+	sqlDB, err := one.DB()
+	require.NoError(t, err)
+	sqlDB.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	single := e.start(t, one, e.chk, nil)
+	stuck := &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}
+	ran := false
+	err = one.Transaction(func(outer *gorm.DB) error {
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := single.Transact(short, stuck, func(context.Context, *gorm.DB) error {
+			ran = true
+			return nil
+		})
+		return err
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.False(t, ran)
+	obs.NeverDelivered(t, stuck.ID, 4*time.Second)
+	require.NotEqual(t, checker.StateCommitted, e.barrier(t, stuck.ID))
+}

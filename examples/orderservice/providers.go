@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -121,7 +122,14 @@ func provideTransactionalStack(cfg Config, log *slog.Logger, db *gorm.DB, m *Met
 // provideOutboxStack builds the outbox and a relay publishing it through a
 // publisher in the service's producer group.
 func provideOutboxStack(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) (*stack.Stack, func(), error) {
-	st, err := stack.Outbox(stack.OutboxConfig{Config: stackConfig(cfg, log, db, m)})
+	// The relays' publisher is in the service's producer group. During a
+	// switch from transactional mode the broker sends that group's
+	// check-backs to it as well: it answers them from the barrier.
+	chk, err := checker.New(db, checker.Config{Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := stack.Outbox(stack.OutboxConfig{Config: stackConfig(cfg, log, db, m), Checker: chk})
 	if err != nil {
 		return nil, nil, err
 	}

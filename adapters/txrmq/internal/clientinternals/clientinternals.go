@@ -8,7 +8,10 @@
 //   - waiting for a push consumer's retry-topic route and running one
 //     rebalance at Start ([ConsumerClientOf]);
 //   - probing routes for health checks ([NameServers],
-//     [TransactionProducerNameServers]).
+//     [TransactionProducerNameServers]);
+//   - reading check-back requests off the client's channel at once and
+//     sending through a transaction producer's inner producer
+//     ([CallbackChannel], [InnerProducer], [CheckBackMessage]).
 //
 // Every function reports an error (or nil) when the fields or methods it
 // needs are not there, never panics, and the callers degrade to the
@@ -278,7 +281,13 @@ func Check(txp, p, pc any) (err error) {
 	if _, err := nameServers(dp); err != nil {
 		return fmt.Errorf("transaction producer: %w", err)
 	}
+	if _, _, err := CallbackChannel(txp); err != nil {
+		return fmt.Errorf("transaction producer: %w", err)
+	}
 	if _, err := partsOf(reflect.ValueOf(p)); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	if _, _, err := CallbackChannel(p); err != nil {
 		return fmt.Errorf("producer: %w", err)
 	}
 	if _, err := nameServers(reflect.ValueOf(p)); err != nil {
@@ -291,4 +300,66 @@ func Check(txp, p, pc any) (err error) {
 		return fmt.Errorf("push consumer: %w", err)
 	}
 	return nil
+}
+
+// fieldCallbackCh is the *defaultProducer's channel of check-back requests:
+// the client's check-back handler sends each one there (unbuffered), and
+// only a transaction producer's loop reads it.
+const fieldCallbackCh = "callbackCh"
+
+// InnerProducer returns the plain producer inside a transaction producer,
+// which implements rmq.Producer: sends through it share the transaction
+// producer's client, and so its check-back channel.
+func InnerProducer(txp any) (p any, err error) {
+	defer guard(&err)
+	dp, err := txInner(txp)
+	if err != nil {
+		return nil, err
+	}
+	return dp.Interface(), nil
+}
+
+// CallbackChannel returns the check-back channel of a plain producer, or of
+// the producer inside a transaction producer, and its client (compare
+// clients to tell whether two producers share one).
+func CallbackChannel(producer any) (ch chan interface{}, client any, err error) {
+	defer guard(&err)
+	v := reflect.ValueOf(producer)
+	if inner, ierr := txInner(producer); ierr == nil {
+		v = inner
+	}
+	f, err := field(v, fieldCallbackCh)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, ok := f.Interface().(chan interface{})
+	if !ok {
+		return nil, nil, fmt.Errorf("%s.%s is %s, not chan interface{}", v.Type(), fieldCallbackCh, f.Type())
+	}
+	c, err := clientOf(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, c.Interface(), nil
+}
+
+// CheckBackMessage returns the half message of one request read off a
+// callback channel (the client's *internal.CheckTransactionStateCallback,
+// exported field Msg), or nil.
+func CheckBackMessage(request interface{}) (ext *primitive.MessageExt) {
+	defer func() {
+		if recover() != nil {
+			ext = nil
+		}
+	}()
+	v := reflect.ValueOf(request)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f := v.Elem().FieldByName("Msg")
+	if !f.IsValid() || !f.CanInterface() {
+		return nil
+	}
+	ext, _ = f.Interface().(*primitive.MessageExt)
+	return ext
 }

@@ -1,6 +1,7 @@
 package clientinternals
 
 import (
+	"context"
 	"reflect"
 	"testing"
 
@@ -75,6 +76,28 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 		require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 	}
 	require.NotNil(t, ConsumerClientOf(pc))
+
+	// Check-backs: the channel of a plain producer and of a transaction
+	// producer's inner one, and the inner producer itself.
+	for _, prod := range []any{txp, p} {
+		ch, client, err := CallbackChannel(prod)
+		require.NoError(t, err)
+		require.NotNil(t, ch)
+		require.NotNil(t, client)
+	}
+	innerP, err := InnerProducer(txp)
+	require.NoError(t, err)
+	require.IsType(t, p, innerP, "the transaction producer wraps the plain producer type")
+	_, ok = innerP.(interface {
+		SendSync(context.Context, ...*primitive.Message) (*primitive.SendResult, error)
+	})
+	require.True(t, ok, "the inner producer sends")
+	cbType, ok := reflect.TypeOf(p).Elem().FieldByName(fieldCallbackCh)
+	require.True(t, ok)
+	require.Equal(t, reflect.TypeOf((chan interface{})(nil)), cbType.Type)
+	ext := &primitive.MessageExt{MsgId: "m"}
+	require.Same(t, ext, CheckBackMessage(&struct{ Msg *primitive.MessageExt }{ext}))
+	require.Nil(t, CheckBackMessage("not a request"))
 
 	// The ordered consumer reaches the same parts of a pull consumer.
 	pull, err := rmq.NewPullConsumer(consumer.WithNsResolver(nowhere), consumer.WithGroupName("clientinternals_pull"))
