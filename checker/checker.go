@@ -161,7 +161,7 @@ func (c *Checker) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("checker: migrate %s: %w", c.cfg.Table, err)
 	}
-	if err := c.db.WithContext(ctx).Table(c.HorizonTable()).AutoMigrate(&horizonRow{}); err != nil {
+	if _, err := store.Migrate(ctx, c.db, c.HorizonTable(), &horizonRow{}); err != nil {
 		return fmt.Errorf("checker: migrate %s: %w", c.HorizonTable(), err)
 	}
 	return nil

@@ -170,6 +170,9 @@ func (c *Config) rocketMQ(group string, hooks txmsg.Hooks) txrmq.Config {
 
 // sweeperGroup returns the sweeper's group, checked.
 func (c *TransactionalConfig) sweeperGroup() (string, error) {
+	if c.RocketMQ.Group == "" {
+		return "", invalid("RocketMQ.Group is empty: the producer group is required")
+	}
 	g := c.Sweeper.Group
 	if g == "" {
 		g = c.RocketMQ.Group + SweeperSuffix

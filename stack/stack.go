@@ -71,7 +71,10 @@ var _ txmsg.Transactor = (*Stack)(nil)
 // cfg.DB, a [txrmq.Transactional] producer in group cfg.RocketMQ.Group
 // (with [PartProducer]), and a [txrmq.Sweeper] with its [txrmq.Publisher],
 // both in their own group (with [PartBackground]). It validates cfg and
-// connects nothing; call [Stack.Start].
+// connects to no broker; with PartProducer it asks the database whether
+// the checker and cfg.DB reach the same schema (see
+// [txrmq.NewTransactional]), so the database must answer. Call
+// [Stack.Start].
 func Transactional(cfg TransactionalConfig) (*Stack, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -92,26 +95,17 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
 	s := &Stack{mode: ModeTransactional, parts: cfg.Parts, db: cfg.DB, log: cfg.Logger, chk: chk, sweeperGroup: sweeperGroup}
-	if cfg.Parts&PartProducer != 0 {
-		txp, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-			Config: cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks),
-			Topics: cfg.Topics,
-		}, cfg.DB, chk)
-		if err != nil {
-			return nil, fmt.Errorf("stack: %w", err)
-		}
-		s.txp, s.tr = txp, txp
-		s.components = append(s.components, component{"transactional producer", txp.Start, txp.Close})
-	}
+	// The background parts are built first: their config errors come
+	// before NewTransactional asks the database anything.
+	var background []component
 	if cfg.Parts&PartBackground != 0 {
 		rc := cfg.rocketMQ(sweeperGroup, nil)
 		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: rc, Topics: cfg.Topics})
 		if err != nil {
-			s.discard()
 			return nil, fmt.Errorf("stack: sweeper: %w", err)
 		}
 		s.pub = pub
-		s.components = append(s.components, component{"sweeper's publisher", pub.Start, pub.Close})
+		background = append(background, component{"sweeper's publisher", pub.Start, pub.Close})
 		sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{
 			Config:          rc,
 			ProducerGroups:  []string{cfg.RocketMQ.Group},
@@ -119,12 +113,27 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 			RetryDelayLevel: cfg.Sweeper.RetryDelayLevel,
 		}, chk, pub)
 		if err != nil {
+			s.components = background
 			s.discard()
 			return nil, fmt.Errorf("stack: %w", err)
 		}
 		s.sweeper = sw
-		s.components = append(s.components, component{"sweeper", sw.Start, sw.Close})
+		background = append(background, component{"sweeper", sw.Start, sw.Close})
 	}
+	if cfg.Parts&PartProducer != 0 {
+		txp, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
+			Config: cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks),
+			Topics: cfg.Topics,
+		}, cfg.DB, chk)
+		if err != nil {
+			s.components = background
+			s.discard()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		s.txp, s.tr = txp, txp
+		s.components = append(s.components, component{"transactional producer", txp.Start, txp.Close})
+	}
+	s.components = append(s.components, background...)
 	return s, nil
 }
 

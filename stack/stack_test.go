@@ -87,7 +87,7 @@ func TestConfigErrors(t *testing.T) {
 // producer group, unless one is given.
 func TestSweeperGroup(t *testing.T) {
 	t.Parallel()
-	db := offlineDB(t)
+	db := testbed.DB(t) // NewTransactional asks the database who it is
 	cfg := TransactionalConfig{Config: Config{DB: db, RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}}
 	s, err := Transactional(cfg)
 	require.NoError(t, err)
@@ -272,7 +272,7 @@ func TestOutboxStack(t *testing.T) {
 // A Start that fails closes what it started and leaves the stack closed.
 func TestStartFailureClosesTheStack(t *testing.T) {
 	t.Parallel()
-	s, err := Transactional(TransactionalConfig{Config: Config{DB: offlineDB(t),
+	s, err := Transactional(TransactionalConfig{Config: Config{DB: testbed.DB(t),
 		RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
