@@ -68,11 +68,12 @@ type Config struct {
 	// built later with another Logger or ClientLogLevel logs a warning
 	// saying that its setting does not apply to them.
 	ClientLogLevel slog.Leveler
-	// Hooks observe the transactional producer's events (see txmsg.Hook):
-	// BeforeSend, OnHalfSent, OnLocalDone and OnCheckBack. Only
-	// [NewTransactional] takes them: a Publisher and a Sweeper have no hook
-	// events, and a Consumer's go on its Inbox (txmsg.InboxConfig.Hooks), so
-	// NewPublisher, NewSweeper and NewConsumer refuse a non-empty Hooks
+	// Hooks observe the component's events (see txmsg.Hook). A
+	// Transactional calls BeforeSend, OnHalfSent, OnLocalDone and
+	// OnCheckBack; a Publisher calls OnCheckBack for the check-backs that
+	// reach it; a Sweeper calls OnHeld for the half messages it parks for
+	// an operator. A Consumer's events go on its Inbox
+	// (txmsg.InboxConfig.Hooks), so NewConsumer refuses a non-empty Hooks
 	// with txmsg.ErrInvalidConfig. A hook that implements no hook interface
 	// is refused too. Optional.
 	Hooks txmsg.Hooks

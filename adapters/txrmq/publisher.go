@@ -72,9 +72,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate("publisher"); err != nil {
 		return nil, err
 	}
-	if err := cfg.noHooks("publisher", "a relay's batches are observed through outbox.RelayConfig.Hooks"); err != nil {
-		return nil, err
+	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
 	}
+	cfg.Hooks = hooks
 	if cfg.MaxBatch < 0 {
 		return nil, fmt.Errorf("%w: publisher: MaxBatch must not be negative", txmsg.ErrInvalidConfig)
 	}

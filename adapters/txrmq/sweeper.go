@@ -101,14 +101,17 @@ const topicRetryEvery = 5 * time.Second
 // NewSweeper validates cfg and builds a sweeper that resolves through chk
 // and republishes through pub (usually a [Publisher]).
 func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*Sweeper, error) {
-	if err := cfg.noHooks("sweeper", "a sweeper has no hook events; it logs what it republishes"); err != nil {
-		return nil, err
+	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("sweeper: %w", err)
 	}
 	cc := ConsumerConfig{Config: cfg.Config, Concurrency: 4, RetryDelayLevel: cfg.RetryDelayLevel}
+	cc.Hooks = nil // the sweeper's own consumer has no inbox; OnHeld is called here
 	if err := cc.validate(); err != nil {
 		return nil, err
 	}
 	cfg.Config = cc.Config
+	cfg.Hooks = hooks
 	if chk == nil || pub == nil {
 		return nil, fmt.Errorf("%w: sweeper: checker and publisher are required", txmsg.ErrInvalidConfig)
 	}

@@ -79,14 +79,21 @@ func TestSweeperConfigValidation(t *testing.T) {
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	_, err = NewSweeper(SweeperConfig{Config: base, ProducerGroups: []string{"g"}}, nil, &Publisher{})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	// Hooks are taken (a sweeper calls OnHeld, a publisher OnCheckBack),
+	// but a value that implements no hook is refused.
+	notAHook := base
+	notAHook.Hooks = txmsg.Hooks{struct{}{}}
+	_, err = NewSweeper(SweeperConfig{Config: notAHook, ProducerGroups: []string{"g"}}, chk, &Publisher{})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "implements none of txmsg's hook interfaces")
+	_, err = NewPublisher(PublisherConfig{Config: notAHook})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "implements none of txmsg's hook interfaces")
 	withHooks := base
 	withHooks.Hooks = txmsg.Hooks{checkBackHook{}}
-	_, err = NewSweeper(SweeperConfig{Config: withHooks, ProducerGroups: []string{"g"}}, chk, &Publisher{})
-	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
-	require.ErrorContains(t, err, "sweeper: Hooks are not called here")
-	_, err = NewPublisher(PublisherConfig{Config: withHooks})
-	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
-	require.ErrorContains(t, err, "outbox.RelayConfig.Hooks")
+	sw, err := NewSweeper(SweeperConfig{Config: withHooks, ProducerGroups: []string{"g"}}, chk, &Publisher{})
+	require.NoError(t, err)
+	require.NoError(t, sw.Close(context.Background()))
 }
 
 // heldHook records HookHeld calls.
