@@ -44,6 +44,13 @@ import (
 // producer's own channel, whose reader sends it with END_TRANSACTION.
 // Close ends all of these goroutines, the client's reader included.
 
+// finishQuiet and finishMax bound how long Close keeps draining the
+// client's check-back channel after the client has shut down.
+const (
+	finishQuiet = 100 * time.Millisecond
+	finishMax   = 2 * time.Second
+)
+
 // Defaults for check-back answering.
 const (
 	DefaultCheckBackWorkers = 4
@@ -106,6 +113,7 @@ type checkBacks struct {
 
 	dropped   atomic.Int64
 	lastWarn  atomic.Int64 // unix nanoseconds of the last overload warning
+	lastRead  atomic.Int64 // unix nanoseconds of the reader's last request
 	startOnce sync.Once
 	stopOnce  sync.Once
 	closed    atomic.Bool
@@ -177,6 +185,7 @@ func (cb *checkBacks) read() {
 			return
 		case v = <-cb.in:
 		}
+		cb.lastRead.Store(time.Now().UnixNano())
 		ext := clientinternals.CheckBackMessage(v)
 		if ext == nil {
 			continue
@@ -299,8 +308,19 @@ func (cb *checkBacks) stopWorkers() {
 }
 
 // finish ends the reader of the client's channel, after the client has
-// shut down, and releases answers held by hold.
+// shut down, and releases answers held by hold. A request the client
+// received just before its shutdown is handled on a goroutine of its own
+// that may not have reached the channel yet; left unread it would block
+// forever. So the reader keeps draining (and dropping: the broker asks
+// another producer of the group) until it has seen nothing for
+// finishQuiet, at most finishMax.
 func (cb *checkBacks) finish() {
+	if cb.in != nil {
+		deadline := time.Now().Add(finishMax)
+		for time.Now().Before(deadline) && time.Since(time.Unix(0, cb.lastRead.Load())) < finishQuiet {
+			time.Sleep(finishQuiet / 4)
+		}
+	}
 	select {
 	case <-cb.stopIn:
 	default:

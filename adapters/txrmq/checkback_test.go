@@ -36,6 +36,20 @@ func blockedCheckBacks() int {
 	return n
 }
 
+// blockedHeaders lists the first line of each blocked check-back
+// goroutine (its state and how long it has waited), for failure messages.
+func blockedHeaders() []string {
+	var out []string
+	for _, g := range goroutineStacks() {
+		lines := strings.SplitN(g, "\n", 3)
+		if len(lines) >= 2 && strings.Contains(lines[0], "[chan send") &&
+			strings.Contains(lines[1], "internal.GetOrNewRocketMQClient.func") {
+			out = append(out, lines[0])
+		}
+	}
+	return out
+}
+
 // goroutineStacks returns the stack of every goroutine, by goroutine ID.
 func goroutineStacks() map[string]string {
 	buf := make([]byte, 1<<20)
@@ -103,7 +117,7 @@ func TestPublisherWithoutCheckerAnswersUnknown(t *testing.T) {
 	// The count is process-wide: other tests' check-back bursts show
 	// briefly, so it is enough that it drops to zero once.
 	require.Eventually(t, func() bool { return blockedCheckBacks() == 0 }, time.Minute, 5*time.Millisecond,
-		"check-backs are left blocked in the client")
+		"check-backs are left blocked in the client: %s", blockedHeaders())
 	require.Equal(t, checker.StateCommitted, e.barrier(t, id))
 }
 
