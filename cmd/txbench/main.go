@@ -10,6 +10,8 @@
 //	    through txmsg.Producer.Send over outbox.Transact, no relay running
 //	B0r-B3r  the same four with a realistic business transaction: an order,
 //	    its three lines and one stock update (five statements)
+//	COST the database commands, round trips and bytes of each kind of event
+//	    (B0, B2, B3, B0r, B2r, B3r, Resolve, relay), counted on the wire
 //	B4  relays draining a pre-filled outbox backlog, against
 //	R0  the raw client sending the same messages one SendSync at a time
 //	B5  outbox commit → broker acknowledgement latency at about half of
@@ -113,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
 	fs.IntVar(&c.ConsumeCount, "consume-count", 10_000, "events each B8 consumer handles")
 	fs.DurationVar(&c.ConsumeTimeout, "consume-timeout", 5*time.Minute, "longest wait for one B8 consumer to handle its events")
-	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,b4,b5,b6,b7,b8 (b4 includes r0)")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,cost,b4,b5,b6,b7,b8 (b4 includes r0)")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database and topics (for inspection)")
@@ -149,7 +151,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 }
 
 // phases in run order.
-var allPhases = []string{"b0", "b1", "b2", "b3", "b0r", "b1r", "b2r", "b3r", "b5", "b6", "b8", "b4", "b7"}
+var allPhases = []string{"b0", "b1", "b2", "b3", "b0r", "b1r", "b2r", "b3r", "cost", "b5", "b6", "b8", "b4", "b7"}
 
 func (c *config) enabled(phase string) bool {
 	if c.Phases == "all" || c.Phases == "" {
