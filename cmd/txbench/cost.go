@@ -168,6 +168,11 @@ const costEvents = 200
 // options and again with interpolateParams=true (the driver then sends
 // each statement as text, without a prepare, execute and close).
 func (b *bench) runCost(ctx context.Context) error {
+	sizes, err := b.rowSizes(ctx)
+	if err != nil {
+		return err
+	}
+	b.res.extra["bytes_per_row"] = sizes
 	out := map[string]any{}
 	for _, interpolate := range []bool{false, true} {
 		cfg, err := mysql.ParseDSN(b.env.dsn)
@@ -302,22 +307,26 @@ func (b *bench) costCases(ctx context.Context, db *gorm.DB) (map[string]any, err
 			return err
 		}},
 	}
+	events := costEvents
+	if b.cfg.Smoke {
+		events = 20
+	}
 	res := map[string]any{}
 	for _, c := range cases {
 		// A few events first, not counted: new pool connections and the
 		// first use of each statement.
 		for i := range 10 {
-			if err := c.run(ctx, int64(costEvents+i)); err != nil {
+			if err := retryBusy(ctx, func() error { return c.run(ctx, int64(events+i)) }); err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}
 		}
 		wire.reset()
-		for i := range costEvents {
-			if err := c.run(ctx, int64(i)); err != nil {
+		for i := range events {
+			if err := retryBusy(ctx, func() error { return c.run(ctx, int64(i)) }); err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}
 		}
-		res[c.name] = perEvent(wire.snapshot(), costEvents)
+		res[c.name] = perEvent(wire.snapshot(), events)
 	}
 	relay, err := b.relayCost(ctx, db, ob, topic)
 	if err != nil {
@@ -403,4 +412,120 @@ func perEvent(s wireSnapshot, n int) map[string]any {
 		"commands": cmds, "commands_total_excl_close": r(total), "round_trips": r(s.roundTrips),
 		"bytes_to_db": r(s.out), "bytes_from_db": r(s.in), "events": n,
 	}
+}
+
+// sizeRows is how many rows each table gets for the size measurement:
+// enough pages that the per-row figure does not depend on one half-empty
+// page.
+const sizeRows = 20_000
+
+// rowSizes fills an outbox, a barrier and an inbox table with sizeRows
+// rows each, in the shape txmsg writes them (B3's OrderCreated event), and
+// reads the bytes per row of the clustered index (the row) and of each
+// secondary index from InnoDB's persistent statistics (leaf pages).
+func (b *bench) rowSizes(ctx context.Context) (map[string]any, error) {
+	db := b.env.db
+	ob, err := outbox.New(db, outbox.Config{Table: "size_outbox", Logger: b.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := ob.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	chk, err := checker.New(db, checker.Config{Table: "size_barrier", Logger: b.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := chk.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{Table: "size_inbox", DeadLetterTable: "size_dead", Logger: b.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := inbox.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	defer b.env.dropTable(context.WithoutCancel(ctx), "size_outbox", "size_outbox_lease", "size_barrier", "size_barrier_horizon", "size_inbox", "size_dead")
+	group := b.env.group("consumer")
+	topic := "txbench_" + b.env.runID + "_b3"
+	orders, err := txmsg.NewProducer(ob, txmsg.Topic[OrderCreated]{Name: topic})
+	if err != nil {
+		return nil, err
+	}
+	n := sizeRows
+	if b.cfg.Smoke {
+		n = 2 * fillChunk
+	}
+	for start := 0; start < n; start += fillChunk {
+		msgs := make([]*txmsg.Message, 0, fillChunk)
+		barriers := make([]checker.Barrier, 0, fillChunk)
+		inboxRows := make([]map[string]any, 0, fillChunk)
+		now := time.Now().UTC()
+		for i := start; i < start+fillChunk; i++ {
+			o, evt := newOrder(int64(i))
+			m, err := orders.Message(evt, txmsg.WithKeys(o.OrderNo), txmsg.WithID(txmsg.NewID()))
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+			barriers = append(barriers, checker.Barrier{TxID: m.ID, State: checker.StateCommitted, CreatedAt: now})
+			inboxRows = append(inboxRows, map[string]any{"consumer_group": group, "msg_id": m.ID, "topic": topic, "handled_at": now})
+		}
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := ob.EnqueueTx(ctx, tx, msgs...); err != nil {
+				return err
+			}
+			if err := tx.Table("size_barrier").Create(&barriers).Error; err != nil {
+				return err
+			}
+			return tx.Table("size_inbox").Create(&inboxRows).Error
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fill size tables: %w", err)
+		}
+	}
+	out := map[string]any{}
+	for _, t := range []string{"size_outbox", "size_barrier", "size_inbox"} {
+		if err := db.WithContext(ctx).Exec("ANALYZE TABLE `" + t + "`").Error; err != nil {
+			return nil, err
+		}
+		var idx []struct {
+			IndexName string
+			Pages     int64
+		}
+		err := db.WithContext(ctx).Raw("SELECT index_name, stat_value AS pages FROM mysql.innodb_index_stats "+
+			"WHERE database_name = DATABASE() AND table_name = ? AND stat_name = 'n_leaf_pages'", t).Scan(&idx).Error
+		if err != nil {
+			return nil, err
+		}
+		var page int64
+		if err := db.WithContext(ctx).Raw("SELECT @@innodb_page_size").Scan(&page).Error; err != nil {
+			return nil, err
+		}
+		per := map[string]float64{}
+		var total float64
+		for _, x := range idx {
+			v := math.Round(float64(x.Pages*page)/float64(n)*10) / 10
+			per[x.IndexName] = v
+			total += v
+		}
+		per["total"] = total
+		out[strings.TrimPrefix(t, "size_")] = per
+	}
+	return out, nil
+}
+
+// retryBusy retries fn a few times when the broker pushes back (flow
+// control on a loaded machine). A refused half message reaches no
+// database, so the counts stay those of the events that went through.
+func retryBusy(ctx context.Context, fn func() error) error {
+	var err error
+	for range 5 {
+		if err = fn(); err == nil || !strings.Contains(err.Error(), "broker busy") {
+			return err
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -248,6 +249,27 @@ func (r *results) writeTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if cost, ok := r.extra["cost_per_event"].(map[string]any); ok {
+		fmt.Fprintln(w, "\ndatabase traffic per event (COST), with the DSN as given / with interpolateParams=true:")
+		def, _ := cost["default_dsn"].(map[string]any)
+		inter, _ := cost["interpolate_params"].(map[string]any)
+		var names []string
+		for k := range def {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "event	commands	round trips	bytes to db	")
+		for _, k := range names {
+			a, _ := def[k].(map[string]any)
+			b, _ := inter[k].(map[string]any)
+			fmt.Fprintf(tw, "%s	%v / %v	%v / %v	%v / %v	\n", k, a["commands_total_excl_close"], b["commands_total_excl_close"],
+				a["round_trips"], b["round_trips"], a["bytes_to_db"], b["bytes_to_db"])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	for _, x := range r.rows {
 		if x.Note != "" {
