@@ -308,8 +308,24 @@ func (c *Checker) ResolveSince(ctx context.Context, txID string, began time.Time
 		return txmsg.StateUnknown, err
 	}
 	row := Barrier{TxID: txID, State: StateRolledBack, CreatedAt: time.Now().UTC()}
-	res := c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
-		Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+	var res *gorm.DB
+	if lit, ok := store.LiteralsFor(c.db); ok {
+		// One round trip instead of a prepare, an execute and a close.
+		q := make([]byte, 0, 160+2*len(txID))
+		q = append(q, "INSERT INTO `"...)
+		q = append(q, c.cfg.Table...)
+		q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
+		q = lit.String(q, row.TxID)
+		q = append(q, ',')
+		q = lit.String(q, row.State)
+		q = append(q, ',')
+		q = lit.Time(q, row.CreatedAt)
+		q = append(q, ") ON DUPLICATE KEY UPDATE `tx_id` = `tx_id`"...)
+		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Exec(string(q))
+	} else {
+		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
+			Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+	}
 	if res.Error != nil {
 		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, res.Error)
 	}

@@ -129,12 +129,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.Smoke {
 		c.Warmup = 100 * time.Millisecond
-		c.Duration = 300 * time.Millisecond
+		c.Duration = time.Second // long enough for a five-statement transaction on a loaded machine
 		c.Count = 0
 		c.Backlog = 300
 		c.BigBacklog = 600
 		c.LatencyFor = 300 * time.Millisecond
-		c.ResolveFor = 300 * time.Millisecond
+		c.ResolveFor = time.Second
 		c.Settle = 0
 		c.ResolveRows = 200
 		c.Workers = min(c.Workers, 4)
