@@ -230,7 +230,23 @@ func databaseOf(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 // the caller must roll tx back.
 func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	row := Barrier{TxID: txID, State: StateCommitted, CreatedAt: time.Now().UTC()}
-	err := tx.WithContext(ctx).Table(c.cfg.Table).Create(&row).Error
+	var err error
+	if lit, ok := store.LiteralsFor(tx); ok {
+		// One round trip instead of a prepare, an execute and a close.
+		q := make([]byte, 0, 128+2*len(txID))
+		q = append(q, "INSERT INTO `"...)
+		q = append(q, c.cfg.Table...)
+		q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
+		q = lit.String(q, row.TxID)
+		q = append(q, ',')
+		q = lit.String(q, row.State)
+		q = append(q, ',')
+		q = lit.Time(q, row.CreatedAt)
+		q = append(q, ')')
+		err = tx.WithContext(ctx).Exec(string(q)).Error
+	} else {
+		err = tx.WithContext(ctx).Table(c.cfg.Table).Create(&row).Error
+	}
 	if err == nil {
 		return nil
 	}
@@ -292,8 +308,24 @@ func (c *Checker) ResolveSince(ctx context.Context, txID string, began time.Time
 		return txmsg.StateUnknown, err
 	}
 	row := Barrier{TxID: txID, State: StateRolledBack, CreatedAt: time.Now().UTC()}
-	res := c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
-		Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+	var res *gorm.DB
+	if lit, ok := store.LiteralsFor(c.db); ok {
+		// One round trip instead of a prepare, an execute and a close.
+		q := make([]byte, 0, 160+2*len(txID))
+		q = append(q, "INSERT INTO `"...)
+		q = append(q, c.cfg.Table...)
+		q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
+		q = lit.String(q, row.TxID)
+		q = append(q, ',')
+		q = lit.String(q, row.State)
+		q = append(q, ',')
+		q = lit.Time(q, row.CreatedAt)
+		q = append(q, ") ON DUPLICATE KEY UPDATE `tx_id` = `tx_id`"...)
+		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Exec(string(q))
+	} else {
+		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
+			Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+	}
 	if res.Error != nil {
 		return txmsg.StateUnknown, fmt.Errorf("checker: resolve %s: %w", txID, res.Error)
 	}
@@ -335,9 +367,21 @@ func (c *Checker) Lookup(ctx context.Context, txID string) (string, error) {
 // transaction that holds the key uncommitted.
 func (c *Checker) state(ctx context.Context, txID string) (string, error) {
 	var states []string
-	err := c.db.WithContext(ctx).
-		Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ? LOCK IN SHARE MODE", txID).
-		Scan(&states).Error
+	var err error
+	if lit, ok := store.LiteralsFor(c.db); ok {
+		// One round trip instead of a prepare, an execute and a close.
+		q := make([]byte, 0, 96+2*len(txID))
+		q = append(q, "SELECT state FROM `"...)
+		q = append(q, c.cfg.Table...)
+		q = append(q, "` WHERE tx_id = "...)
+		q = lit.String(q, txID)
+		q = append(q, " LOCK IN SHARE MODE"...)
+		err = c.db.WithContext(ctx).Raw(string(q)).Scan(&states).Error
+	} else {
+		err = c.db.WithContext(ctx).
+			Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ? LOCK IN SHARE MODE", txID).
+			Scan(&states).Error
+	}
 	if err != nil {
 		return "", err
 	}

@@ -182,7 +182,7 @@ func (o *Outbox) insert(ctx context.Context, tx *gorm.DB, rows []*Row) error {
 		}
 		chunk := rows[:n]
 		rows = rows[n:]
-		if err := tx.WithContext(ctx).Table(o.cfg.Table).Create(&chunk).Error; err != nil {
+		if err := o.insertChunk(ctx, tx, chunk); err != nil {
 			if store.IsDuplicate(tx, err) {
 				return fmt.Errorf("%w: outbox: %s already holds %s: %w", txmsg.ErrDuplicateID, o.cfg.Table, idList(chunk), err)
 			}
@@ -190,6 +190,76 @@ func (o *Outbox) insert(ctx context.Context, tx *gorm.DB, rows []*Row) error {
 		}
 	}
 	return nil
+}
+
+// insertChunk writes one chunk: as a single literal INSERT (one round trip)
+// when the handle allows it and the statement is small, otherwise through
+// gorm with arguments.
+func (o *Outbox) insertChunk(ctx context.Context, tx *gorm.DB, chunk []*Row) error {
+	if lit, ok := store.LiteralsFor(tx); ok {
+		if q, fits := o.literalInsert(lit, chunk); fits {
+			return tx.WithContext(ctx).Exec(q).Error
+		}
+	}
+	return tx.WithContext(ctx).Table(o.cfg.Table).Create(&chunk).Error
+}
+
+// literalInsert is chunk's INSERT with every value a literal; fits is
+// false when it would exceed store.MaxLiteralBytes.
+func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row) (q string, fits bool) {
+	size := 256
+	for _, r := range chunk {
+		size += 2*(len(r.MsgID)+len(r.Topic)+len(r.Tag)+len(r.Keys)+len(r.ShardingKey)+len(r.Body)+len(r.Properties)+len(r.Status)+len(r.LastError)) + 160
+	}
+	if size > store.MaxLiteralBytes {
+		return "", false
+	}
+	b := make([]byte, 0, size)
+	b = append(b, "INSERT INTO `"...)
+	b = append(b, o.cfg.Table...)
+	b = append(b, "` (`msg_id`,`topic`,`tag`,`keys`,`sharding_key`,`bucket`,`body`,`properties`,`status`,`attempts`,"+
+		"`next_attempt_at`,`last_error`,`created_at`,`updated_at`,`sent_at`) VALUES "...)
+	for i, r := range chunk {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '(')
+		b = lit.String(b, r.MsgID)
+		b = append(b, ',')
+		b = lit.String(b, r.Topic)
+		b = append(b, ',')
+		b = lit.String(b, r.Tag)
+		b = append(b, ',')
+		b = lit.String(b, r.Keys)
+		b = append(b, ',')
+		b = lit.String(b, r.ShardingKey)
+		b = append(b, ',')
+		b = lit.Int(b, int64(r.Bucket))
+		b = append(b, ',')
+		b = lit.Bytes(b, r.Body)
+		b = append(b, ',')
+		b = lit.String(b, r.Properties)
+		b = append(b, ',')
+		b = lit.String(b, string(r.Status))
+		b = append(b, ',')
+		b = lit.Int(b, int64(r.Attempts))
+		b = append(b, ',')
+		b = lit.Time(b, r.NextAttemptAt)
+		b = append(b, ',')
+		b = lit.String(b, r.LastError)
+		b = append(b, ',')
+		b = lit.Time(b, r.CreatedAt)
+		b = append(b, ',')
+		b = lit.Time(b, r.UpdatedAt)
+		b = append(b, ',')
+		if r.SentAt != nil {
+			b = lit.Time(b, *r.SentAt)
+		} else {
+			b = append(b, "NULL"...)
+		}
+		b = append(b, ')')
+	}
+	return string(b), true
 }
 
 func idList(rows []*Row) string {

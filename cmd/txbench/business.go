@@ -48,6 +48,16 @@ func (b *bench) phase(ctx context.Context, p string) error {
 		return b.runB7(ctx)
 	case "b8":
 		return b.runB8(ctx)
+	case "cost":
+		return b.runCost(ctx)
+	case "b0r":
+		return b.runB0r(ctx)
+	case "b1r":
+		return b.runB1r(ctx)
+	case "b2r":
+		return b.runB2r(ctx)
+	case "b3r":
+		return b.runB3r(ctx)
 	}
 	return fmt.Errorf("unknown phase %q", p)
 }

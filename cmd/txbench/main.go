@@ -8,6 +8,10 @@
 //	    over txrmq.NewTransactional
 //	B3  local-table mode, enqueue side: the same insert plus an outbox row
 //	    through txmsg.Producer.Send over outbox.Transact, no relay running
+//	B0r-B3r  the same four with a realistic business transaction: an order,
+//	    its three lines and one stock update (five statements)
+//	COST the database commands, round trips and bytes of each kind of event
+//	    (B0, B2, B3, B0r, B2r, B3r, Resolve, relay), counted on the wire
 //	B4  relays draining a pre-filled outbox backlog, against
 //	R0  the raw client sending the same messages one SendSync at a time
 //	B5  outbox commit → broker acknowledgement latency at about half of
@@ -111,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
 	fs.IntVar(&c.ConsumeCount, "consume-count", 10_000, "events each B8 consumer handles")
 	fs.DurationVar(&c.ConsumeTimeout, "consume-timeout", 5*time.Minute, "longest wait for one B8 consumer to handle its events")
-	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b4,b5,b6,b7,b8 (b4 includes r0)")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,cost,b4,b5,b6,b7,b8 (b4 includes r0)")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database and topics (for inspection)")
@@ -125,12 +129,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.Smoke {
 		c.Warmup = 100 * time.Millisecond
-		c.Duration = 300 * time.Millisecond
+		c.Duration = time.Second // long enough for a five-statement transaction on a loaded machine
 		c.Count = 0
 		c.Backlog = 300
 		c.BigBacklog = 600
 		c.LatencyFor = 300 * time.Millisecond
-		c.ResolveFor = 300 * time.Millisecond
+		c.ResolveFor = time.Second
 		c.Settle = 0
 		c.ResolveRows = 200
 		c.Workers = min(c.Workers, 4)
@@ -147,7 +151,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 }
 
 // phases in run order.
-var allPhases = []string{"b0", "b1", "b2", "b3", "b5", "b6", "b8", "b4", "b7"}
+var allPhases = []string{"b0", "b1", "b2", "b3", "b0r", "b1r", "b2r", "b3r", "cost", "b5", "b6", "b8", "b4", "b7"}
 
 func (c *config) enabled(phase string) bool {
 	if c.Phases == "all" || c.Phases == "" {

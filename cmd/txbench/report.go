@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,9 +39,10 @@ type results struct {
 // headline are the keys of the -json object, in order.
 var headline = []string{
 	"tps_b0", "tps_b1", "tps_b2", "tps_b3", "ratio_b2_b1", "ratio_b3_b0",
+	"tps_b0r", "tps_b1r", "tps_b2r", "tps_b3r", "ratio_b2r_b1r", "ratio_b3r_b0r",
 	"relay_msgs_per_s", "raw_send_msgs_per_s", "ratio_relay_raw",
 	"outbox_latency_p50_ms", "outbox_latency_p99_ms",
-	"resolve_per_s", "resolve_p99_ms",
+	"resolve_per_s", "resolve_p99_ms", "resolve_serial_per_s",
 	"relay_rss_mib_1m", "ratio_drain_1m_vs_100k",
 }
 
@@ -51,6 +53,9 @@ var targets = []struct {
 }{
 	{"ratio_b2_b1", "≥ 0.95", func(v float64) bool { return v >= 0.95 }},
 	{"ratio_b3_b0", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
+	{"ratio_b2r_b1r", "≥ 0.92", func(v float64) bool { return v >= 0.92 }},
+	{"ratio_b3r_b0r", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
+	{"resolve_serial_per_s", "≥ 3000", func(v float64) bool { return v >= 3000 }},
 	{"ratio_relay_raw", "≥ 1.5", func(v float64) bool { return v >= 1.5 }},
 	{"outbox_latency_p99_ms", "≤ 20", func(v float64) bool { return v <= 20 }},
 	{"resolve_per_s", "≥ 10000", func(v float64) bool { return v >= 10000 }},
@@ -96,10 +101,14 @@ func (r *results) ratio(key, num, den string) {
 }
 
 var loadWhat = map[string]string{
-	"b0": "insert order + commit",
-	"b1": "B0 + raw SendSync after commit (unsafe)",
-	"b2": "txmsg transactional: Producer.Send",
-	"b3": "txmsg outbox: Producer.Send (enqueue only)",
+	"b0":  "insert order + commit",
+	"b1":  "B0 + raw SendSync after commit (unsafe)",
+	"b2":  "txmsg transactional: Producer.Send",
+	"b3":  "txmsg outbox: Producer.Send (enqueue only)",
+	"b0r": "order + 3 lines + stock update, commit",
+	"b1r": "B0r + raw SendSync after commit (unsafe)",
+	"b2r": "B0r through txmsg transactional",
+	"b3r": "B0r through txmsg outbox (enqueue only)",
 }
 
 // load records a closed-loop business phase.
@@ -117,6 +126,10 @@ func (r *results) load(id string, res loadResult) {
 	r.ratio("ratio_b3_b0", "tps_b3", "tps_b0")
 	r.costRatio("cpu_cost_ratio_b2_b1", "B2", "B1")
 	r.costRatio("cpu_cost_ratio_b3_b0", "B3", "B0")
+	r.ratio("ratio_b2r_b1r", "tps_b2r", "tps_b1r")
+	r.ratio("ratio_b3r_b0r", "tps_b3r", "tps_b0r")
+	r.costRatio("cpu_cost_ratio_b2r_b1r", "B2R", "B1R")
+	r.costRatio("cpu_cost_ratio_b3r_b0r", "B3R", "B0R")
 }
 
 // costRatio records cost(den)/cost(num) in CPU time per operation: the
@@ -183,9 +196,9 @@ func (r *results) writeJSON(w io.Writer) error {
 
 // tableExtras are the details the table shows below the headline figures.
 var tableExtras = []string{
-	"cpu_cost_ratio_b2_b1", "cpu_cost_ratio_b3_b0",
+	"cpu_cost_ratio_b2_b1", "cpu_cost_ratio_b3_b0", "cpu_cost_ratio_b2r_b1r", "cpu_cost_ratio_b3r_b0r",
 	"relay_msgs_per_s_at_workers", "raw_send_msgs_per_s_at_workers", "ratio_relay_raw_at_workers",
-	"relay_msgs_per_s_big", "resolve_serial_per_s", "resolve_serial_p99_ms",
+	"relay_msgs_per_s_big", "resolve_serial_p99_ms",
 	"outbox_latency_rate", "outbox_latency_p90_ms", "outbox_latency_p999_ms",
 }
 
@@ -236,6 +249,27 @@ func (r *results) writeTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if cost, ok := r.extra["cost_per_event"].(map[string]any); ok {
+		fmt.Fprintln(w, "\ndatabase traffic per event (COST), with the DSN as given / with interpolateParams=true:")
+		def, _ := cost["default_dsn"].(map[string]any)
+		inter, _ := cost["interpolate_params"].(map[string]any)
+		var names []string
+		for k := range def {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "event	commands	round trips	bytes to db	")
+		for _, k := range names {
+			a, _ := def[k].(map[string]any)
+			b, _ := inter[k].(map[string]any)
+			fmt.Fprintf(tw, "%s	%v / %v	%v / %v	%v / %v	\n", k, a["commands_total_excl_close"], b["commands_total_excl_close"],
+				a["round_trips"], b["round_trips"], a["bytes_to_db"], b["bytes_to_db"])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	for _, x := range r.rows {
 		if x.Note != "" {

@@ -83,7 +83,7 @@ func (b *bench) runB6(ctx context.Context) error {
 		Rate: serial.perSecond(), Unit: "resolve/s", P50: serial.lat.pct(50), P99: serial.lat.pct(99),
 		Ops: serial.ops, Errors: serial.errs, Secs: serial.elapsed.Seconds(), CPU: serial.cpu,
 	})
-	b.res.extra["resolve_serial_per_s"] = serial.perSecond()
+	b.res.set("resolve_serial_per_s", serial.perSecond())
 	b.res.extra["resolve_serial_p99_ms"] = serial.lat.pct(99)
 	if n := wrong.Load(); n > 0 {
 		return fmt.Errorf("%d check-backs got the wrong answer", n)
