@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// leaseState is what an ordered relay knows of its bucket leases.
+// leaseState is what a relay knows of its bucket leases.
 type leaseState struct {
 	// owned maps each bucket this relay holds to the expiry it wrote.
 	owned map[int]time.Time
@@ -19,6 +19,8 @@ type leaseState struct {
 	next time.Time
 	// ready means the lease rows exist.
 	ready bool
+	// cursor is the bucket an unordered claim starts from.
+	cursor int
 }
 
 // usable returns the owned buckets whose lease has more than a quarter of
@@ -175,7 +177,10 @@ func (r *Relay) ensureLeaseRows(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: check buckets in %s: %w", r.cfg.Table, err)
 	}
-	if maxBucket != nil && *maxBucket >= r.cfg.Buckets {
+	if maxBucket != nil && *maxBucket >= r.cfg.Buckets && !r.cfg.Ordered {
+		r.log.Warn("pending rows use more buckets than this relay leases; the owner of bucket 0 claims them, so they are not spread over the relays",
+			"buckets", r.cfg.Buckets, "max_bucket", *maxBucket)
+	} else if maxBucket != nil && *maxBucket >= r.cfg.Buckets {
 		r.log.Error("pending rows use more buckets than this relay leases; rows in the extra buckets wait until Buckets matches the Outbox's",
 			"buckets", r.cfg.Buckets, "max_bucket", *maxBucket)
 	}
