@@ -48,6 +48,8 @@ func (b *bench) phase(ctx context.Context, p string) error {
 		return b.runB7(ctx)
 	case "b8":
 		return b.runB8(ctx)
+	case "scale":
+		return b.runScale(ctx)
 	}
 	return fmt.Errorf("unknown phase %q", p)
 }
