@@ -43,7 +43,8 @@ func (r *Relay) leaseTable() string { return r.cfg.Table + leaseSuffix }
 // fair share, ceil(buckets / live relays): it renews what it holds, hands
 // a bucket over to a relay that asked for it when it holds more than its
 // share, takes expired or free buckets, and, when still short, asks the
-// busiest owners for buckets by writing its name into wanted_by. A relay
+// busiest owners holding at least their share for buckets by writing its
+// name into wanted_by. A relay
 // counts as live while it holds a lease or renews an ask; an ask not
 // renewed within LeaseTTL belongs to a relay presumed dead and is ignored,
 // or it would shrink everyone's fair share and leave buckets unowned.
@@ -132,13 +133,17 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		}
 	}
 	if short := fair - len(owned); short > 0 {
-		// Ask the owners holding the most buckets beyond their share.
+		// Ask the owners holding the most buckets, beyond their share
+		// first. An ask of an owner holding just its share moves nothing,
+		// but it keeps this relay counted as live: a relay that owns
+		// nothing and asks nothing is invisible to the others, and with
+		// enough of them the others' fair share stays too large.
 		sort.SliceStable(others, func(i, j int) bool { return held[others[i].Owner] > held[others[j].Owner] })
 		for _, l := range others {
 			if short == 0 {
 				break
 			}
-			if held[l.Owner] <= fair {
+			if held[l.Owner] < fair {
 				continue
 			}
 			// A new ask, a renewal of this relay's own, or one replacing a

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/internal/testbed"
@@ -260,4 +261,32 @@ func TestMigrateAddsBucketDueIndex(t *testing.T) {
 	start(t, e.relay(pub, RelayConfig{}))
 	require.Eventually(t, func() bool { return e.stats().Sent == 100 }, waitFor, tick)
 	require.Empty(t, pub.duplicates())
+}
+
+// TestAsManyRelaysAsBuckets: sixteen relays start together on sixteen
+// buckets and each ends up owning one. A relay that owns nothing must
+// still count as a member, or the others compute too large a fair share
+// and keep two buckets each while it waits forever.
+func TestAsManyRelaysAsBuckets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	pub := newMemPublisher()
+	for i := range DefaultBuckets {
+		start(t, e.relay(pub, RelayConfig{Name: fmt.Sprintf("r%02d", i), LeaseTTL: time.Second}))
+	}
+	var last map[string]int
+	if !assert.Eventually(t, func() bool {
+		last = e.owners()
+		if len(last) != DefaultBuckets {
+			return false
+		}
+		for _, n := range last {
+			if n != 1 {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 100*time.Millisecond) {
+		t.Fatalf("not one bucket each: %v", last)
+	}
 }
