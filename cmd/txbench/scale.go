@@ -147,7 +147,7 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 		}
 	}
 	// Wait for the leases to spread: every bucket owned, by as many
-	// relays as can own one.
+	// relays as can own one, none holding more than its fair share.
 	want := min(n, outbox.DefaultBuckets)
 	spread := time.Now()
 	for {
@@ -160,11 +160,12 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 		if err != nil {
 			return 0, err
 		}
-		total := 0
+		total, most := 0, 0
 		for _, o := range owners {
 			total += o.N
+			most = max(most, o.N)
 		}
-		if len(owners) == want && total == outbox.DefaultBuckets {
+		if len(owners) == want && total == outbox.DefaultBuckets && most <= (outbox.DefaultBuckets+want-1)/want {
 			break
 		}
 		if time.Since(spread) > 2*time.Minute {
