@@ -20,6 +20,7 @@ import (
 // several relays, in one process or many, for throughput and availability:
 // they never publish a row twice between them, except after a crash
 // between publishing and marking.
+// Relays share the rows through bucket leases (see [RelayConfig.Buckets]).
 type Relay struct {
 	db  *gorm.DB
 	pub txmsg.Publisher
