@@ -113,7 +113,6 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 			_ = c.cmd.Wait()
 		}
 	}()
-	cpu0 := cpuStart()
 	for i := range n {
 		spec := childSpec{
 			Label: fmt.Sprintf("%s.%d", label, i), DSN: b.env.dsn, NameServer: b.cfg.NameServer, Group: b.env.group(purpose),
@@ -183,6 +182,13 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 		Update("next_attempt_at", time.Now().UTC()).Error; err != nil {
 		return 0, fmt.Errorf("release the backlog: %w", err)
 	}
+	// CPU is counted over the drain alone, the relay processes included.
+	pids := make([]int, len(children))
+	for i, c := range children {
+		pids[i] = c.cmd.Process.Pid
+	}
+	roles := findCPURoles()
+	cpu0 := roles.snap(pids...)
 	t0 := time.Now()
 	b.progress.printf("%-4s backlog released in %s; draining", label, t0.Sub(r0).Round(time.Millisecond))
 	for {
@@ -200,16 +206,14 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 		sleepCtx(ctx, 20*time.Millisecond)
 	}
 	elapsed := time.Since(t0)
+	cpu := roles.snap(pids...).since(cpu0, 0)
 	var drained, calls int64
-	var childTicks uint64
 	for i, c := range children {
 		_ = c.stdin.Close()
 		rest, _ := io.ReadAll(c.out)
 		if err := c.cmd.Wait(); err != nil {
 			return 0, fmt.Errorf("relay process %d: %w", i, err)
 		}
-		ps := c.cmd.ProcessState
-		childTicks += uint64((ps.UserTime() + ps.SystemTime()).Seconds() * clockTicks)
 		var res childResult
 		if err := json.Unmarshal(rest, &res); err != nil {
 			return 0, fmt.Errorf("relay process %d printed %q: %w", i, rest, err)
@@ -221,7 +225,7 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 	rate := float64(b.cfg.Backlog) / elapsed.Seconds()
 	b.res.add(row{
 		Phase: label, What: fmt.Sprintf("%d relay processes drain %d-row backlog", n, b.cfg.Backlog), Rate: rate,
-		Unit: "msg/s", Ops: int64(b.cfg.Backlog), Secs: elapsed.Seconds(), CPU: cpu0.stop(childTicks),
+		Unit: "msg/s", Ops: int64(b.cfg.Backlog), Secs: elapsed.Seconds(), CPU: cpu,
 		Note: fmt.Sprintf("%d acknowledged, %d Publish calls", drained, calls),
 	})
 	return rate, nil
