@@ -38,3 +38,9 @@ ALTER TABLE `txmsg_outbox`
 ALTER TABLE `txmsg_outbox_lease`
   MODIFY `owner` varbinary(255) NOT NULL DEFAULT '',
   MODIFY `wanted_by` varbinary(255) NOT NULL DEFAULT '';
+
+-- The index unordered relays claim by (each from the buckets it leases).
+-- `txmsgctl migrate` and Outbox.Migrate add it to a table without it; it
+-- is built online (ALGORITHM=INPLACE), without blocking writes.
+ALTER TABLE `txmsg_outbox`
+  ADD KEY `idx_outbox_bucket_due` (`status`, `bucket`, `next_attempt_at`, `id`);

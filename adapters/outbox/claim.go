@@ -21,32 +21,76 @@ var errNotTried = errors.New("outbox: not tried")
 // errAbandoned rolls a claim back when Run is cancelled before publishing.
 var errAbandoned = errors.New("outbox: batch abandoned on shutdown")
 
-// cycleUnordered claims the due rows that no other relay holds, publishes
-// them and marks them, all in one transaction.
+// cycleUnordered renews the relay's bucket leases when due and claims due
+// rows from the buckets it owns.
 //
-// Rows are taken in (next_attempt_at, id) order: that is the order of the
-// (status, next_attempt_at, id) index, so the locking read stops after
-// BatchSize rows instead of locking every due row to sort them by id.
+// Unordered relays share the work through the same bucket leases as
+// ordered ones: each relay claims only from the buckets it holds, so
+// relays no longer scan past one another's locked rows at the head of one
+// index, which made throughput fall as relays were added. The claim still
+// uses SKIP LOCKED: while a bucket changes hands, its previous owner may be
+// finishing a batch in it, and the new owner skips those rows instead of
+// waiting for them or publishing them twice.
+//
+// The owner of bucket 0 also claims the rows whose bucket lies outside
+// [0, Buckets), written with another Buckets setting or by hand, so no row
+// is left behind.
+func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
+	var res cycleResult
+	if err := r.maintainLeases(ctx); err != nil {
+		return res, err
+	}
+	now := time.Now().UTC()
+	res.retryAt(now, r.lease.next)
+	owned := r.lease.usable(now, r.cfg.LeaseTTL)
+	if len(owned) == 0 || ctx.Err() != nil {
+		return res, nil
+	}
+	more, err := r.claimDue(ctx, owned)
+	res.more = more
+	return res, err
+}
+
+// claimDue claims the due rows of the owned buckets that no other relay
+// holds, publishes them and marks them, all in one transaction, and
+// reports whether it should be called again at once.
+//
+// Rows are taken in (bucket, next_attempt_at, id) order: that is the order
+// of the (status, bucket, next_attempt_at, id) index, so the locking read
+// stops after BatchSize rows instead of locking every due row to sort
+// them. The scan starts at the bucket after the one the previous claim
+// ended in and wraps around, so a deep bucket does not starve the others.
 // Without Ordered the order carries no promise anyway.
 //
 // The claim reads the rows without their bodies, then loads and publishes
 // them in Publish calls of at most PublishBytes, up to ClaimBytes in all
 // and for at most PublishTimeout before the last call starts; rows left
 // over stay pending for the next claim.
-func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
-	var res cycleResult
-	err := r.inTx(ctx, func(tx *gorm.DB) error {
+func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error) {
+	var hi, lo []int
+	for _, b := range owned {
+		if b >= r.lease.cursor {
+			hi = append(hi, b)
+		} else {
+			lo = append(lo, b)
+		}
+	}
+	err = r.inTx(ctx, func(tx *gorm.DB) error {
 		now := time.Now().UTC()
 		limit := r.claimLimit()
 		var found []*claimed
-		err := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
-			Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
-			Where("status = ? AND next_attempt_at <= ?", StatusPending, now).
-			Order("next_attempt_at, id").
-			Limit(limit).
-			Find(&found).Error
-		if err != nil {
-			return fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+		for _, part := range [][]int{hi, lo} {
+			if len(part) == 0 || len(found) == limit {
+				continue
+			}
+			var got []*claimed
+			if err := r.dueIn(ctx, tx, part, now, limit-len(found)).Find(&got).Error; err != nil {
+				return fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+			}
+			found = append(found, got...)
+		}
+		if len(found) > 0 {
+			r.lease.cursor = found[len(found)-1].Bucket + 1
 		}
 		if len(found) == 0 {
 			return nil
@@ -84,13 +128,27 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 		if err != nil {
 			return err
 		}
-		res.more = (len(rows) == limit || cut) && sent > 0
+		more = (len(rows) == limit || cut) && sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
-		return res, nil
+		return more, nil
 	}
-	return res, err
+	return more, err
+}
+
+// dueIn is the locking read of up to limit due rows in buckets, in index
+// order; with bucket 0 among them it also reads the buckets outside
+// [0, Buckets).
+func (r *Relay) dueIn(ctx context.Context, tx *gorm.DB, buckets []int, now time.Time, limit int) *gorm.DB {
+	cond := tx.Where("bucket IN ?", buckets)
+	if buckets[0] == 0 {
+		cond = cond.Or("bucket < 0").Or("bucket >= ?", r.cfg.Buckets)
+	}
+	return tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
+		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
+		Where("status = ?", StatusPending).Where(cond).Where("next_attempt_at <= ?", now).
+		Order("bucket, next_attempt_at, id").Limit(limit)
 }
 
 // metaColumns are the columns a claim reads: every column but the body,

@@ -10,8 +10,9 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// DefaultBuckets is the default number of ordered-mode buckets
-// (Config.Buckets, RelayConfig.Buckets).
+// DefaultBuckets is the default number of buckets (Config.Buckets,
+// RelayConfig.Buckets): relays lease buckets, so at most this many relays
+// of a table publish at once.
 const DefaultBuckets = 16
 
 // Defaults of [RelayConfig]'s fields.
@@ -43,8 +44,10 @@ type Config struct {
 	// MaxBodySize is the largest body accepted; it should equal the broker's
 	// maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
 	MaxBodySize int
-	// Buckets is how many ordered-mode buckets sharding keys are hashed
-	// into when a row is inserted. Default [DefaultBuckets]; at most 1024.
+	// Buckets is how many buckets rows are spread over when inserted: a
+	// hash of the sharding key, or a random bucket for rows without one.
+	// Relays lease buckets, so at most Buckets relays publish at once.
+	// Default [DefaultBuckets]; at most 1024.
 	// Ordered relays must use the same number. Change it only while the
 	// outbox holds no pending rows with a sharding key.
 	Buckets int
@@ -187,11 +190,20 @@ type RelayConfig struct {
 	// bucket has less than LeaseTTL/4 left; the rest waits for the next
 	// claim, so a hot key's backlog never keeps one transaction open.
 	Ordered bool
-	// Buckets is how many buckets keys are hashed into. It must equal the
+	// Buckets is how many buckets rows are spread over. It must equal the
 	// Outbox's Config.Buckets. Default: Outbox's, else [DefaultBuckets].
+	//
+	// Ordered or not, relays share a table's rows through bucket leases:
+	// each relay claims only from the buckets it holds, about
+	// Buckets / relays of them, so relays added do not slow one another
+	// down; relays beyond Buckets hold none and stand by. Rows without a
+	// sharding key are spread over the buckets at random; the rows of one
+	// sharding key all sit in one bucket, so one hot key is drained by one
+	// relay at a time.
 	Buckets int
 	// LeaseTTL is how long a relay owns a bucket without renewing; a
-	// crashed relay's buckets move to others after it. Renewal runs every
+	// crashed relay's buckets move to others after it (a relay that stops
+	// releases its buckets at once). Renewal runs every
 	// LeaseTTL/3. Default [DefaultLeaseTTL] (10 s).
 	LeaseTTL time.Duration
 	// SettleDelay is how old a keyed row must be before an ordered relay

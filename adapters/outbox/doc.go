@@ -22,11 +22,22 @@
 //
 // # Claiming
 //
+// Rows are spread over buckets when inserted (by sharding key, at random
+// without one), and relays lease the buckets between them through the
+// lease table: each aims at a fair share, a relay that joins asks for
+// buckets and gets them at the owners' next lease round, a relay that
+// stops releases its buckets, and the buckets of a relay that died move
+// to the others once its leases expire ([RelayConfig.LeaseTTL]). A relay
+// claims only from the buckets it holds, so relays added do not scan past
+// one another's rows.
+//
 // A relay claims rows in READ COMMITTED with SELECT … FOR UPDATE SKIP
 // LOCKED, publishes them and marks them sent in the same transaction, so
-// several relays share the work without publishing a row twice. Without
-// ordered mode rows are claimed in (next_attempt_at, id) order, the order
-// of the table's index, so the claim locks only the rows it returns. A relay
+// relays never publish a row twice between them, even while a bucket
+// changes hands. Without ordered mode rows are claimed in (bucket,
+// next_attempt_at, id) order, the order of the table's index, so the
+// claim locks only the rows it returns; the owner of bucket 0 also claims
+// rows whose bucket is outside [0, Buckets). A relay
 // that dies after publishing and before its commit leaves the rows pending:
 // they are published again, and consumers drop the duplicates. There is no
 // "last id seen" cursor: auto-increment ids commit out of order.

@@ -108,8 +108,8 @@ func (o *Outbox) Get(ctx context.Context, id string) (*Row, error) {
 	return &row, nil
 }
 
-// Leases returns the lease rows of ordered relays, by bucket. It returns
-// none when no ordered relay has run on the table (no lease table).
+// Leases returns the lease rows of the relays, by bucket. It returns
+// none when no relay has run on the table (no lease table).
 func (o *Outbox) Leases(ctx context.Context) ([]Lease, error) {
 	table := o.cfg.Table + leaseSuffix
 	if !o.db.WithContext(ctx).Migrator().HasTable(table) {

@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// leaseState is what an ordered relay knows of its bucket leases.
+// leaseState is what a relay knows of its bucket leases.
 type leaseState struct {
 	// owned maps each bucket this relay holds to the expiry it wrote.
 	owned map[int]time.Time
@@ -19,6 +19,8 @@ type leaseState struct {
 	next time.Time
 	// ready means the lease rows exist.
 	ready bool
+	// cursor is the bucket an unordered claim starts from.
+	cursor int
 }
 
 // usable returns the owned buckets whose lease has more than a quarter of
@@ -41,7 +43,8 @@ func (r *Relay) leaseTable() string { return r.cfg.Table + leaseSuffix }
 // fair share, ceil(buckets / live relays): it renews what it holds, hands
 // a bucket over to a relay that asked for it when it holds more than its
 // share, takes expired or free buckets, and, when still short, asks the
-// busiest owners for buckets by writing its name into wanted_by. A relay
+// busiest owners holding at least their share for buckets by writing its
+// name into wanted_by. A relay
 // counts as live while it holds a lease or renews an ask; an ask not
 // renewed within LeaseTTL belongs to a relay presumed dead and is ignored,
 // or it would shrink everyone's fair share and leave buckets unowned.
@@ -130,13 +133,17 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		}
 	}
 	if short := fair - len(owned); short > 0 {
-		// Ask the owners holding the most buckets beyond their share.
+		// Ask the owners holding the most buckets, beyond their share
+		// first. An ask of an owner holding just its share moves nothing,
+		// but it keeps this relay counted as live: a relay that owns
+		// nothing and asks nothing is invisible to the others, and with
+		// enough of them the others' fair share stays too large.
 		sort.SliceStable(others, func(i, j int) bool { return held[others[i].Owner] > held[others[j].Owner] })
 		for _, l := range others {
 			if short == 0 {
 				break
 			}
-			if held[l.Owner] <= fair {
+			if held[l.Owner] < fair {
 				continue
 			}
 			// A new ask, a renewal of this relay's own, or one replacing a
@@ -175,7 +182,10 @@ func (r *Relay) ensureLeaseRows(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: check buckets in %s: %w", r.cfg.Table, err)
 	}
-	if maxBucket != nil && *maxBucket >= r.cfg.Buckets {
+	if maxBucket != nil && *maxBucket >= r.cfg.Buckets && !r.cfg.Ordered {
+		r.log.Warn("pending rows use more buckets than this relay leases; the owner of bucket 0 claims them, so they are not spread over the relays",
+			"buckets", r.cfg.Buckets, "max_bucket", *maxBucket)
+	} else if maxBucket != nil && *maxBucket >= r.cfg.Buckets {
 		r.log.Error("pending rows use more buckets than this relay leases; rows in the extra buckets wait until Buckets matches the Outbox's",
 			"buckets", r.cfg.Buckets, "max_bucket", *maxBucket)
 	}

@@ -1,4 +1,4 @@
--- txmsg local-table mode: the outbox table and the lease table of ordered
+-- txmsg local-table mode: the outbox table and the lease table of the
 -- relays, for MySQL 8 / MariaDB >= 10.6 (SKIP LOCKED). This is what
 -- outbox.(*Outbox).Migrate creates with the default table name. Keep the two
 -- in step (TestMigrateMatchesSQL checks it). For another table name, replace
@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox` (
   `tag` varbinary(255) NOT NULL DEFAULT '',
   `keys` varbinary(1024) NOT NULL DEFAULT '',     -- space-separated
   `sharding_key` varbinary(255) NOT NULL DEFAULT '',
-  `bucket` int NOT NULL DEFAULT 0,                -- ordered mode: hash(sharding_key) % buckets
+  `bucket` int NOT NULL DEFAULT 0,                -- hash(sharding_key) % buckets, random without a key
   `body` longblob NOT NULL,
   `properties` text NOT NULL,                     -- JSON object
   `status` varchar(16) NOT NULL,                  -- pending, sent, dead
@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox` (
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_outbox_msg_id` (`msg_id`),
   KEY `idx_outbox_due` (`status`, `next_attempt_at`, `id`),
-  KEY `idx_outbox_bucket` (`status`, `bucket`, `id`),
+  KEY `idx_outbox_bucket` (`status`, `bucket`, `id`),            -- ordered claims
+  KEY `idx_outbox_bucket_due` (`status`, `bucket`, `next_attempt_at`, `id`), -- unordered claims
   KEY `idx_outbox_status_updated` (`status`, `updated_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

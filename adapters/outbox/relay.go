@@ -20,6 +20,7 @@ import (
 // several relays, in one process or many, for throughput and availability:
 // they never publish a row twice between them, except after a crash
 // between publishing and marking.
+// Relays share the rows through bucket leases (see [RelayConfig.Buckets]).
 type Relay struct {
 	db  *gorm.DB
 	pub txmsg.Publisher
@@ -98,8 +99,8 @@ func (r *Relay) Name() string { return r.cfg.Name }
 // (see [RelayConfig.MinBackoff]) and nothing is lost. On cancellation a
 // batch being published is finished and marked (within PublishTimeout); a
 // batch not yet published is abandoned, its transaction rolled back and its
-// rows left pending. In ordered mode Run releases its bucket leases on the
-// way out so other relays take over at once.
+// rows left pending. Run releases its bucket leases on the way out so
+// other relays take over at once.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("outbox: relay %s is already running", r.cfg.Name)
@@ -122,10 +123,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.purgeLoop(bg) }()
 	}
-	if r.cfg.Ordered {
-		r.lease = leaseState{owned: map[int]time.Time{}}
-		defer r.releaseLeases(ctx)
-	}
+	r.lease = leaseState{owned: map[int]time.Time{}}
+	defer r.releaseLeases(ctx)
 	failures := 0
 	for ctx.Err() == nil {
 		var res cycleResult

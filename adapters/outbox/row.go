@@ -14,7 +14,7 @@ import (
 )
 
 // DefaultTable is the outbox table's default name. The lease table of
-// ordered relays is named after it with a "_lease" suffix.
+// relays is named after it with a "_lease" suffix.
 const DefaultTable = "txmsg_outbox"
 
 // leaseSuffix names the lease table after the outbox table.
@@ -41,7 +41,7 @@ const (
 // Message.Validate check.
 type Row struct {
 	// ID is the auto-increment key: the relay's publishing order.
-	ID int64 `gorm:"primaryKey;autoIncrement;index:idx_outbox_due,priority:3;index:idx_outbox_bucket,priority:3"`
+	ID int64 `gorm:"primaryKey;autoIncrement;index:idx_outbox_due,priority:3;index:idx_outbox_bucket,priority:3;index:idx_outbox_bucket_due,priority:4"`
 	// MsgID is the txmsg ID, unique.
 	MsgID string `gorm:"column:msg_id;type:varbinary(255);size:255;not null;uniqueIndex:uk_outbox_msg_id"`
 	// Topic is the message's topic.
@@ -52,19 +52,20 @@ type Row struct {
 	Keys string `gorm:"type:varbinary(1024);size:1024;not null;default:''"`
 	// ShardingKey is the message's sharding key; empty for none.
 	ShardingKey string `gorm:"type:varbinary(255);size:255;not null;default:''"`
-	// Bucket is the ordered-mode bucket: a hash of ShardingKey modulo the
-	// bucket count, or a random bucket for rows without a key.
-	Bucket int `gorm:"size:32;not null;default:0;index:idx_outbox_bucket,priority:2"`
+	// Bucket is the row's bucket: a hash of ShardingKey modulo the bucket
+	// count, or a random bucket for rows without a key. Relays lease
+	// buckets and claim only from their own.
+	Bucket int `gorm:"size:32;not null;default:0;index:idx_outbox_bucket,priority:2;index:idx_outbox_bucket_due,priority:2"`
 	// Body is the payload.
 	Body []byte `gorm:"type:longblob;not null"`
 	// Properties are the user properties as a JSON object.
 	Properties string `gorm:"type:text;not null"`
 	// Status is pending, sent or dead.
-	Status Status `gorm:"size:16;not null;index:idx_outbox_due,priority:1;index:idx_outbox_bucket,priority:1;index:idx_outbox_status_updated,priority:1"`
+	Status Status `gorm:"size:16;not null;index:idx_outbox_due,priority:1;index:idx_outbox_bucket,priority:1;index:idx_outbox_status_updated,priority:1;index:idx_outbox_bucket_due,priority:1"`
 	// Attempts counts failed publish attempts.
 	Attempts int `gorm:"size:32;not null;default:0"`
 	// NextAttemptAt is when a relay may publish the row next.
-	NextAttemptAt time.Time `gorm:"precision:6;not null;index:idx_outbox_due,priority:2"`
+	NextAttemptAt time.Time `gorm:"precision:6;not null;index:idx_outbox_due,priority:2;index:idx_outbox_bucket_due,priority:3"`
 	// LastError is the error of the last failed attempt, truncated.
 	LastError string `gorm:"size:1024;not null;default:''"`
 	// CreatedAt is when the row was inserted.
@@ -76,7 +77,7 @@ type Row struct {
 	SentAt *time.Time `gorm:"precision:6"`
 }
 
-// Lease is one row of the lease table of ordered relays: which relay owns
+// Lease is one row of the lease table of the relays: which relay owns
 // a bucket, until when, and which relay asked to take it over. Relay names
 // are VARBINARY: "Relay-A" and "relay-a" are two relays.
 type Lease struct {

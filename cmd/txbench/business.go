@@ -58,6 +58,8 @@ func (b *bench) phase(ctx context.Context, p string) error {
 		return b.runB2r(ctx)
 	case "b3r":
 		return b.runB3r(ctx)
+	case "scale":
+		return b.runScale(ctx)
 	}
 	return fmt.Errorf("unknown phase %q", p)
 }

@@ -38,6 +38,11 @@ type childSpec struct {
 	BatchSize  int
 	Expect     int
 	CPUProfile string
+	// RelayName names the relay (Relays must be 1). With Gated, the
+	// child prints "ready" once its relay runs and then runs until its
+	// stdin closes, and the parent measures the drain.
+	RelayName string
+	Gated     bool
 }
 
 // childResult is what the relay process measured, printed as JSON on its
@@ -52,6 +57,13 @@ type childResult struct {
 	CPU        cpuUse  `json:"-"` // measured by the parent
 }
 
+func relayName(spec childSpec) string {
+	if spec.RelayName != "" {
+		return spec.RelayName
+	}
+	return spec.Group
+}
+
 // noProgressLimit fails a drain that stops moving.
 const noProgressLimit = 60 * time.Second
 
@@ -61,7 +73,7 @@ func childMain(specJSON string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "txbench relay child: bad spec:", err)
 		return 2
 	}
-	res, err := runChildRelays(context.Background(), spec, stderr)
+	res, err := runChildRelays(context.Background(), spec, os.Stdin, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "txbench relay child %s: %v\n", spec.Label, err)
 		return 1
@@ -75,7 +87,7 @@ func childMain(specJSON string, stdout, stderr io.Writer) int {
 // runChildRelays starts spec.Relays relays on one publisher and measures
 // the time until spec.Expect messages are acknowledged by the broker and
 // no row is pending.
-func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*childResult, error) {
+func runChildRelays(ctx context.Context, spec childSpec, stdin io.Reader, stdout, stderr io.Writer) (*childResult, error) {
 	rlog.SetLogLevel("error")
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	pr := newProgress(stderr)
@@ -101,7 +113,7 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 			Hooks:    txmsg.Hooks{counter},
 		},
 		Outbox: outbox.Config{Table: spec.Table},
-		Relay:  outbox.RelayConfig{Name: spec.Group, BatchSize: spec.BatchSize},
+		Relay:  outbox.RelayConfig{Name: relayName(spec), BatchSize: spec.BatchSize},
 		Relays: spec.Relays,
 	})
 	if err != nil {
@@ -159,6 +171,11 @@ func runChildRelays(ctx context.Context, spec childSpec, stderr io.Writer) (*chi
 	t0 := time.Now()
 	if err := st.Start(ctx); err != nil {
 		return nil, err
+	}
+	if spec.Gated {
+		fmt.Fprintln(stdout, "ready")
+		_, _ = io.Copy(io.Discard, stdin)
+		return &childResult{Drained: counter.acked.Load(), Publishes: counter.calls.Load()}, nil
 	}
 	stopProgress := pr.ticker(spec.Label, func() string {
 		return fmt.Sprintf("relay drained %d/%d, rss %.1f MiB", counter.acked.Load(), spec.Expect, kib2mib(peak.Load()))

@@ -21,6 +21,10 @@
 //	B7  relay drain rate and resident memory with a 1,000,000-row backlog
 //	B8  consumer throughput, concurrent (txrmq.Consumer) next to ordered
 //	    (txrmq.OrderedConsumer), for one sharding key and for many
+//	Sn  scale-out (-phases scale, not part of all): n relay processes,
+//	    one relay each, drain a backlog, next to Rn, the raw client
+//	    sending as many messages from n workers, for each n of
+//	    -scale-relays
 //
 // Every run makes its own database and topics and removes them at the end.
 // Progress goes to stderr; the result table (or, with -json, one JSON
@@ -89,6 +93,7 @@ type config struct {
 	RelayBatchSize int
 	ConsumeCount   int
 	ConsumeTimeout time.Duration
+	ScaleRelays    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -115,7 +120,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
 	fs.IntVar(&c.ConsumeCount, "consume-count", 10_000, "events each B8 consumer handles")
 	fs.DurationVar(&c.ConsumeTimeout, "consume-timeout", 5*time.Minute, "longest wait for one B8 consumer to handle its events")
-	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,cost,b4,b5,b6,b7,b8 (b4 includes r0)")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,cost,b4,b5,b6,b7,b8 (b4 includes r0), and scale, which all does not include")
+	fs.StringVar(&c.ScaleRelays, "scale-relays", "1,2,4,8,16,32", "relay process counts of the scale phase, each next to the raw client with as many workers")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database and topics (for inspection)")
@@ -151,11 +157,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 }
 
 // phases in run order.
-var allPhases = []string{"b0", "b1", "b2", "b3", "b0r", "b1r", "b2r", "b3r", "cost", "b5", "b6", "b8", "b4", "b7"}
+var allPhases = []string{"b0", "b1", "b2", "b3", "b0r", "b1r", "b2r", "b3r", "cost", "b5", "b6", "b8", "b4", "b7", "scale"}
 
 func (c *config) enabled(phase string) bool {
 	if c.Phases == "all" || c.Phases == "" {
-		return true
+		return phase != "scale"
 	}
 	for _, p := range strings.Split(c.Phases, ",") {
 		if strings.TrimSpace(strings.ToLower(p)) == phase {

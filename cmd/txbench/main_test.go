@@ -41,6 +41,26 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestSmokeScale runs the scale phase with two relay processes on a tiny
+// backlog and checks that it reports a drain and a raw row for each count.
+// It asserts no figure.
+func TestSmokeScale(t *testing.T) {
+	testbed.RequireBroker(t)
+	testbed.DB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout bytes.Buffer
+	err := run(ctx, []string{"-phases", "scale", "-scale-relays", "1,2", "-backlog", "300", "-settle", "0", "-json"}, &stdout, testbed.LogWriter(t))
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), stdout.String())
+	details, ok := out["details"].(map[string]any)
+	require.True(t, ok, stdout.String())
+	for _, k := range []string{"scale_relays_1_msgs_per_s", "scale_raw_1_msgs_per_s", "scale_relays_2_msgs_per_s", "scale_raw_2_msgs_per_s", "scale_ratio_vs_best_2"} {
+		require.Contains(t, details, k)
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
@@ -50,6 +70,11 @@ func TestParseFlags(t *testing.T) {
 	require.True(t, c.enabled("b0"))
 	require.True(t, c.enabled("b4"))
 	require.False(t, c.enabled("b7"))
+	c, err = parseFlags(nil, &stderr)
+	require.NoError(t, err)
+	require.False(t, c.enabled("scale"), "all leaves the scale phase out")
+	_, err = parseScale("1,x")
+	require.Error(t, err)
 	_, err = parseFlags([]string{"-workers", "0"}, &stderr)
 	require.Error(t, err)
 }
