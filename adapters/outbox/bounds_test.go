@@ -130,7 +130,7 @@ func TestRelayMemoryBounded(t *testing.T) {
 	_, _ = rand.Read(body) // incompressible: the client compresses large bodies
 	for start := 0; start < n; start += 10 {
 		require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error {
-			for i := start; i < start+10; i++ {
+			for i := start; i < min(start+10, n); i++ {
 				b := append(fmt.Appendf(nil, "%04d", i), body[4:]...)
 				if err := e.ob.EnqueueTx(context.Background(), tx, &txmsg.Message{Topic: e.topic, Body: b}); err != nil {
 					return err

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -50,6 +51,10 @@ const (
 	finishQuiet = 100 * time.Millisecond
 	finishMax   = 2 * time.Second
 )
+
+// closeBarrierWait bounds how long Close waits for the client's reader to
+// finish the END_TRANSACTION in hand.
+const closeBarrierWait = 5 * time.Second
 
 // Defaults for check-back answering.
 const (
@@ -115,8 +120,11 @@ type checkBacks struct {
 	lastWarn  atomic.Int64 // unix nanoseconds of the last overload warning
 	lastRead  atomic.Int64 // unix nanoseconds of the reader's last request
 	startOnce sync.Once
-	stopOnce  sync.Once
-	closed    atomic.Bool
+	// loopStarted: the transaction producer's reader of out runs (start
+	// is called just before the client starts it).
+	loopStarted atomic.Bool
+	stopOnce    sync.Once
+	closed      atomic.Bool
 }
 
 // newCheckBackProducer builds the transaction producer a txmsg producer
@@ -162,6 +170,7 @@ func (cb *checkBacks) start() {
 		return
 	}
 	cb.startOnce.Do(func() {
+		cb.loopStarted.Store(true)
 		cb.readWG.Add(1)
 		go cb.read()
 		if cb.answer == nil {
@@ -256,7 +265,12 @@ func (cb *checkBacks) work() {
 // worker prepared or, when the channel could not be taken over, resolves
 // here.
 func (cb *checkBacks) check(ext *primitive.MessageExt) (state primitive.LocalTransactionState) {
-	defer cb.hold()
+	if cb.in == nil {
+		// The client resolves here and answers right after: hold that
+		// answer while Close shuts the client down. With the channel
+		// taken over, stopWorkers' close barrier orders it instead.
+		defer cb.hold()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			cb.log.Error("panic while answering a check-back; answering UNKNOWN", "panic", r)
@@ -303,7 +317,20 @@ func (cb *checkBacks) stopWorkers() {
 	cb.cancel()
 	cb.workWG.Wait()
 	if cb.out != nil {
-		cb.stopOnce.Do(func() { close(cb.out) })
+		cb.stopOnce.Do(func() {
+			// The client's reader sends END_TRANSACTION after each answer,
+			// with nothing ordering that send before the client's
+			// shutdown. It takes the barrier only once that send is done,
+			// and the send of the barrier completes only when it is taken.
+			if cb.loopStarted.Load() {
+				select {
+				case cb.out <- rmqlog.CloseBarrier{}:
+				case <-time.After(closeBarrierWait):
+					cb.log.Warn("the client's check-back reader did not take the close barrier; shutting down anyway")
+				}
+			}
+			close(cb.out)
+		})
 	}
 }
 

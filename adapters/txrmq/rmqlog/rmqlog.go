@@ -108,6 +108,19 @@ func scrub(s string, secrets []string) (string, bool) {
 // reported to the caller, so the bridge drops it.
 const expectedRollbackLog = "executeLocalTransaction but state unexpected"
 
+// CloseBarrier is a value txrmq sends on a transaction producer's
+// check-back channel when it closes: the client's reader takes it only
+// after it has finished the END_TRANSACTION of the check-back before, so
+// the shutdown that follows cannot race that send. The client logs the
+// unknown value at error level; the bridge drops that line.
+type CloseBarrier struct{}
+
+// String is what the client's log line shows.
+func (CloseBarrier) String() string { return "txmsg close barrier" }
+
+// closeBarrierLog is the client's log line for a CloseBarrier.
+var closeBarrierLog = fmt.Sprintf("unknown type %v", CloseBarrier{})
+
 // secretFields are client log fields that may carry credentials.
 var secretFields = map[string]bool{
 	"AccessKey": true, "SecretKey": true, "SecurityToken": true, "Signature": true,
@@ -120,7 +133,7 @@ type bridge struct {
 }
 
 func (b *bridge) log(level slog.Level, msg string, fields map[string]any) {
-	if level < b.min || msg == expectedRollbackLog || !b.l.Enabled(context.Background(), level) {
+	if level < b.min || msg == expectedRollbackLog || msg == closeBarrierLog || !b.l.Enabled(context.Background(), level) {
 		return
 	}
 	secretsMu.RLock()
