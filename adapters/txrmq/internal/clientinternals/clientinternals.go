@@ -449,11 +449,13 @@ func queuePartsOf(c any) (queueParts, error) {
 // poll.
 //
 // Call Shutdown next, and never resume the consumer: the paused flag stays
-// set. The client's rebalance lock is taken once first, so a rebalance
-// under way finishes before the queues are read; later rebalances see the
-// flag and do nothing. A queue a rebalance may still add (the one the
-// client starts in the background at Start) is paused before its first
-// pull, so Shutdown closes its channel safely.
+// set. The flag is set first, then the client's rebalance lock is taken
+// once, so a rebalance under way has stored its queues in the table before
+// the table is read, and a later rebalance happens after the flag was set:
+// the client's own ones then do nothing, and a queue the one it starts in
+// the background at Start may still add has a pull loop that sees the flag
+// before its first pull. Shutdown closes that queue's channel, on which
+// nothing was ever sent.
 func ReleaseQueues(c any) (n int, err error) {
 	defer guard(&err)
 	p, err := queuePartsOf(c)
