@@ -248,7 +248,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, ctx.Err())
 		go func() {
 			if <-done == nil {
-				_ = c.pc.Shutdown()
+				_ = shutdownConsumer(c.pc, c.log)
 			}
 		}()
 		return c.startErr
@@ -462,8 +462,24 @@ func (c *Consumer) Close(ctx context.Context) error {
 		c.cancelHandler()
 		err = fmt.Errorf("rocketmq: consumer close: handlers still running: %w", ctx.Err())
 	}
-	if serr := c.pc.Shutdown(); serr != nil {
+	if serr := shutdownConsumer(c.pc, c.log); serr != nil {
 		err = errors.Join(err, fmt.Errorf("rocketmq: consumer shutdown: %w", serr))
 	}
 	return err
+}
+
+// shutdownConsumer shuts down a started push or pull consumer of the
+// client. First it stops the consumer's pulls and makes it give up its
+// queues, saving their consumed offsets (clientinternals.ReleaseQueues):
+// the client's Shutdown closes each held queue's message channel, and a
+// pull that was in flight, a broker long poll of up to 20 s, may still
+// send on it when it returns, a data race and at worst a "send on closed
+// channel" panic that ends the process. A released queue is not closed,
+// and a pull that comes back on it stores nothing. If the pinned client's
+// internals are not there, it shuts down as the client alone would.
+func shutdownConsumer(pc interface{ Shutdown() error }, log *slog.Logger) error {
+	if _, err := clientinternals.ReleaseQueues(pc); err != nil {
+		log.Warn("could not release the consumer's queues before shutdown", "err", err)
+	}
+	return pc.Shutdown()
 }

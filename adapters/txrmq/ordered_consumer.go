@@ -266,7 +266,7 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 		c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, ctx.Err())
 		go func() {
 			if <-done == nil {
-				_ = c.pc.Shutdown()
+				_ = shutdownConsumer(c.pc, c.log)
 			}
 		}()
 		return c.startErr
@@ -287,7 +287,7 @@ func (c *OrderedConsumer) start() error {
 	if ok {
 		for _, t := range c.topics {
 			if rs.IsSubscribeTopicNeedUpdate(c.cfg.brokerTopic(t)) {
-				_ = c.pc.Shutdown()
+				_ = shutdownConsumer(c.pc, c.log)
 				return fmt.Errorf("the topic=%s route info not found, it may not exist", t)
 			}
 		}
@@ -595,7 +595,7 @@ func (c *OrderedConsumer) Close(ctx context.Context) error {
 		c.cancelHandler()
 		err = fmt.Errorf("rocketmq: ordered consumer close: handlers still running: %w", ctx.Err())
 	}
-	if serr := c.pc.Shutdown(); serr != nil {
+	if serr := shutdownConsumer(c.pc, c.log); serr != nil {
 		err = errors.Join(err, fmt.Errorf("rocketmq: ordered consumer shutdown: %w", serr))
 	}
 	return err

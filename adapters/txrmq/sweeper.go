@@ -229,8 +229,7 @@ func (s *Sweeper) awaitTopic() {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			pc.Suspend()
-			_ = pc.Shutdown()
+			_ = shutdownConsumer(pc, s.log)
 			return
 		}
 		s.pc = pc
@@ -258,10 +257,7 @@ func (s *Sweeper) Close(ctx context.Context) error {
 	if pc == nil {
 		return nil
 	}
-	// Suspend first: the client's Shutdown races with a rebalance still
-	// under way.
-	pc.Suspend()
-	if err := pc.Shutdown(); err != nil {
+	if err := shutdownConsumer(pc, s.log); err != nil {
 		return fmt.Errorf("rocketmq: sweeper shutdown: %w", err)
 	}
 	return nil

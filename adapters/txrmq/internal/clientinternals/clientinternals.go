@@ -11,7 +11,10 @@
 //     [TransactionProducerNameServers]);
 //   - reading check-back requests off the client's channel at once and
 //     sending through a transaction producer's inner producer
-//     ([CallbackChannel], [InnerProducer], [CheckBackMessage]).
+//     ([CallbackChannel], [InnerProducer], [CheckBackMessage]);
+//   - giving up a consumer's queues before its Shutdown, so that Shutdown
+//     closes no channel a pull still in flight may send on
+//     ([ReleaseQueues]).
 //
 // Every function reports an error (or nil) when the fields or methods it
 // needs are not there, never panics, and the callers degrade to the
@@ -24,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"unsafe"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -299,6 +303,9 @@ func Check(txp, p, pc any) (err error) {
 	if _, err := nameServers(reflect.ValueOf(pc)); err != nil {
 		return fmt.Errorf("push consumer: %w", err)
 	}
+	if _, err := queuePartsOf(pc); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
 	return nil
 }
 
@@ -362,4 +369,129 @@ func CheckBackMessage(request interface{}) (ext *primitive.MessageExt) {
 	}
 	ext, _ = f.Interface().(*primitive.MessageExt)
 	return ext
+}
+
+// Names of what ReleaseQueues reaches.
+const (
+	fieldQueueTable = "processQueueTable" // *defaultConsumer (promoted): sync.Map, primitive.MessageQueue → *processQueue
+	fieldPause      = "pause"             // *defaultConsumer (promoted): *atomic.Bool, read by every pull loop and rebalance
+	fieldRequestPQ  = "pq"                // consumer.PullRequest: *processQueue
+)
+
+// dropper is the part of the client's *processQueue that ReleaseQueues
+// uses. Dropping a queue closes its closeChan, so a pull that returns
+// afterwards stores nothing, and its pull loop and consume loop end.
+type dropper interface{ WithDropped(bool) }
+
+// pauser is the client's *atomic.Bool (go.uber.org/atomic).
+type pauser interface {
+	Store(bool)
+	Load() bool
+}
+
+// queueParts are what ReleaseQueues needs of a consumer.
+type queueParts struct {
+	table     *sync.Map
+	pause     pauser
+	rebalance interface{ RebalanceIfNotPaused() }        // the client's: takes its rebalance lock
+	persist   interface{ PersistConsumerOffset() error } // the consumer's
+}
+
+func queuePartsOf(c any) (queueParts, error) {
+	var p queueParts
+	v := reflect.ValueOf(c)
+	t, err := field(v, fieldQueueTable)
+	if err != nil {
+		return p, err
+	}
+	var ok bool
+	if p.table, ok = t.Addr().Interface().(*sync.Map); !ok {
+		return p, fmt.Errorf("%s.%s is %s, not sync.Map", v.Type(), fieldQueueTable, t.Type())
+	}
+	pf, err := field(v, fieldPause)
+	if err != nil {
+		return p, err
+	}
+	if pf.Kind() != reflect.Pointer || pf.IsNil() {
+		return p, fmt.Errorf("%s.%s is not a non-nil pointer", v.Type(), fieldPause)
+	}
+	if p.pause, ok = pf.Interface().(pauser); !ok {
+		return p, fmt.Errorf("%s.%s is %s, without Store(bool) and Load() bool", v.Type(), fieldPause, pf.Type())
+	}
+	cl, err := clientOf(v)
+	if err != nil {
+		return p, err
+	}
+	if p.rebalance, ok = cl.Interface().(interface{ RebalanceIfNotPaused() }); !ok {
+		return p, errors.New("client lacks RebalanceIfNotPaused")
+	}
+	if p.persist, ok = c.(interface{ PersistConsumerOffset() error }); !ok {
+		return p, fmt.Errorf("%T lacks PersistConsumerOffset", c)
+	}
+	return p, nil
+}
+
+// ReleaseQueues makes a started consumer (a push or a pull consumer, as
+// the client's constructors return them) stop pulling and give up every
+// message queue it holds, as the client's rebalance gives up a queue that
+// moved to another consumer: each process queue is dropped, the consumed
+// offsets are saved to the broker, and the queues leave the consumer's
+// table. It returns how many queues were released.
+//
+// Why: the client's Shutdown closes the message channel of every process
+// queue in its table, while a pull whose request was in flight (a broker
+// long poll lasts up to 20 s) may still come back with messages and send
+// them on that channel: a data race, and a "send on closed channel" panic
+// when the send comes second. Pausing stops new pulls; a pull in flight
+// on a dropped queue stores nothing and sends on a channel nobody closes;
+// and a queue no longer in the table is not closed by Shutdown. Waiting
+// for the in-flight pulls instead would make every Close wait out a long
+// poll.
+//
+// Call Shutdown next, and never resume the consumer: the paused flag stays
+// set. The flag is set first, then the client's rebalance lock is taken
+// once, so a rebalance under way has stored its queues in the table before
+// the table is read, and a later rebalance happens after the flag was set:
+// the client's own ones then do nothing, and a queue the one it starts in
+// the background at Start may still add has a pull loop that sees the flag
+// before its first pull. Shutdown closes that queue's channel, on which
+// nothing was ever sent.
+func ReleaseQueues(c any) (n int, err error) {
+	defer guard(&err)
+	p, err := queuePartsOf(c)
+	if err != nil {
+		return 0, err
+	}
+	p.pause.Store(true)
+	p.rebalance.RebalanceIfNotPaused()
+	var keys []any
+	var queues []dropper
+	p.table.Range(func(k, v any) bool {
+		d, ok := v.(dropper)
+		if !ok {
+			err = fmt.Errorf("process queue %T lacks WithDropped(bool)", v)
+			return false
+		}
+		keys, queues = append(keys, k), append(queues, d)
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	for _, d := range queues {
+		d.WithDropped(true)
+	}
+	// After dropping: the client records no consumed offset for a dropped
+	// queue, so what is saved here is final.
+	err = p.persist.PersistConsumerOffset()
+	for _, k := range keys {
+		p.table.Delete(k)
+	}
+	if err != nil {
+		return len(keys), fmt.Errorf("save consumed offsets: %w", err)
+	}
+	return len(keys), nil
 }

@@ -3,6 +3,7 @@ package clientinternals
 import (
 	"context"
 	"reflect"
+	"sync"
 	"testing"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
@@ -107,6 +108,27 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 	rp, err := NameServers(pull)
 	require.NoError(t, err, "pull consumer")
 	require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
+
+	// Releasing queues, on both kinds of consumer: the table, the paused
+	// flag, the client's rebalance lock and the offset save are there, and
+	// the values the table holds (process queues, which a pull request
+	// carries) can be dropped.
+	for _, c := range []any{pc, pull} {
+		parts, err := queuePartsOf(c)
+		require.NoError(t, err, "%T", c)
+		require.False(t, parts.pause.Load(), "%T: a new consumer is not paused", c)
+		n, err := ReleaseQueues(c)
+		require.NoError(t, err, "%T", c)
+		require.Zero(t, n, "%T: a consumer never started holds no queue", c)
+		require.True(t, parts.pause.Load(), "%T: released means paused", c)
+	}
+	pqField, ok := reflect.TypeOf(consumer.PullRequest{}).FieldByName(fieldRequestPQ)
+	require.True(t, ok, "consumer.PullRequest.%s", fieldRequestPQ)
+	require.True(t, pqField.Type.Implements(reflect.TypeOf((*dropper)(nil)).Elem()),
+		"%s lacks WithDropped(bool)", pqField.Type)
+	tableField, ok := reflect.TypeOf(pc).Elem().FieldByName(fieldQueueTable)
+	require.True(t, ok)
+	require.Equal(t, reflect.TypeOf(sync.Map{}), tableField.Type)
 }
 
 // lookalike has none of the fields the client has.
@@ -129,6 +151,8 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		_, err := NameServers(v)
 		require.Error(t, err)
 		require.Nil(t, ConsumerClientOf(v))
+		_, err = ReleaseQueues(v)
+		require.Error(t, err)
 	}
 	require.Nil(t, ConsumerClientOf(p), "a producer is no push consumer")
 }
