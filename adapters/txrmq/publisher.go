@@ -39,6 +39,7 @@ type Publisher struct {
 	cfg  PublisherConfig
 	prod rmq.Producer
 	log  *slog.Logger
+	rc   *reconnector
 
 	mu      sync.RWMutex
 	started bool
@@ -101,6 +102,8 @@ func (p *Publisher) Start(ctx context.Context) error {
 			p.log.Warn("cannot pre-fetch topic routes; the first sends look them up", "topics", p.cfg.Topics, "err", err)
 		}
 	}
+	p.rc = p.newReconnector()
+	p.rc.start()
 	return nil
 }
 
@@ -230,6 +233,7 @@ func (p *Publisher) send(ctx context.Context, msgs []*txmsg.Message, b *batch) e
 	}
 	res, err := p.prod.SendSync(ctx, pms...)
 	if err != nil {
+		p.rc.kick()
 		return fmt.Errorf("send %d message(s) to %s: %w", len(pms), b.topic, err)
 	}
 	if res.Status != primitive.SendOK {
@@ -272,8 +276,27 @@ func (p *Publisher) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("rocketmq: publisher close: %w", ctx.Err())
 	}
+	p.rc.close()
 	if serr := p.prod.Shutdown(); serr != nil && err == nil {
 		err = fmt.Errorf("rocketmq: publisher shutdown: %w", serr)
 	}
 	return err
+}
+
+func (p *Publisher) newReconnector() *reconnector {
+	rp, err := clientinternals.NameServers(p.prod)
+	if err != nil {
+		p.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	refresh, err := clientinternals.ProducerRefresher(p.prod)
+	if err != nil {
+		p.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	topics := make([]string, 0, len(p.cfg.Topics))
+	for _, topic := range p.cfg.Topics {
+		topics = append(topics, p.cfg.brokerTopic(topic))
+	}
+	return newReconnector(p.log, topics, rp, refresh)
 }

@@ -75,6 +75,19 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 		require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 	}
 	require.NotNil(t, ConsumerClientOf(pc))
+	// Refreshers of clients that were never started: nothing is registered
+	// with them, so a refresh has no topic to fetch and no broker to
+	// heartbeat, and must return without touching the network.
+	for _, get := range []func() (Refresher, error){
+		func() (Refresher, error) { return TransactionProducerRefresher(txp) },
+		func() (Refresher, error) { return ProducerRefresher(p) },
+		func() (Refresher, error) { return ConsumerRefresher(pc) },
+	} {
+		r, err := get()
+		require.NoError(t, err)
+		require.NotNil(t, r)
+		r()
+	}
 
 	// The ordered consumer reaches the same parts of a pull consumer.
 	pull, err := rmq.NewPullConsumer(consumer.WithNsResolver(nowhere), consumer.WithGroupName("clientinternals_pull"))
@@ -99,6 +112,8 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		require.Error(t, err)
 		_, err = TransactionProducerNameServers(v)
 		require.Error(t, err)
+		_, err = TransactionProducerRefresher(v)
+		require.Error(t, err)
 		require.Error(t, Check(v, p, pc))
 	}
 	for _, v := range []any{nil, "x", &struct{ client int }{}} {
@@ -106,6 +121,10 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		_, err := NameServers(v)
 		require.Error(t, err)
 		require.Nil(t, ConsumerClientOf(v))
+		_, err = ProducerRefresher(v)
+		require.Error(t, err)
+		_, err = ConsumerRefresher(v)
+		require.Error(t, err)
 	}
 	require.Nil(t, ConsumerClientOf(p), "a producer is no push consumer")
 }
