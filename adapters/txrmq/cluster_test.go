@@ -52,9 +52,11 @@ func (r *checkBackRecorder) has(id string) bool {
 }
 
 // TestClusterChildProcess is a producer of the group in a process of its
-// own: it commits n transactions with sharding keys spread over the
-// topic's queues on both brokers and SIGKILLs itself after the last local
-// commit, before that END_TRANSACTION; the earlier ones end normally.
+// own: it runs n transactions at once, with sharding keys spread over the
+// topic's queues on both brokers, and SIGKILLs itself once all n local
+// transactions have committed, before any END_TRANSACTION: n half
+// messages are left for check-backs (or, with no producer of the group
+// left, for the sweeper).
 func TestClusterChildProcess(t *testing.T) {
 	spec := os.Getenv(clusterChildEnv)
 	if spec == "" {
@@ -69,13 +71,16 @@ func TestClusterChildProcess(t *testing.T) {
 	require.NoError(t, err)
 	chk, err := checker.New(db, checker.Config{})
 	require.NoError(t, err)
-	last := fmt.Sprintf("%s-%d", prefix, n-1)
-	hook := pointHook{afterLocal: func(m *txmsg.Message, state txmsg.LocalState) {
-		if m.ID == last && state == txmsg.StateCommitted {
+	var committed atomic.Int32
+	hook := pointHook{afterLocal: func(_ *txmsg.Message, state txmsg.LocalState) {
+		if state != txmsg.StateCommitted {
+			return
+		}
+		if committed.Add(1) == int32(n) {
 			fmt.Println("KILL-POINT after-local-commit")
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
 		}
+		select {} // no END_TRANSACTION leaves this process
 	}}
 	tr, err := NewTransactional(TransactionalConfig{
 		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group, Hooks: txmsg.Hooks{hook}},
@@ -83,12 +88,19 @@ func TestClusterChildProcess(t *testing.T) {
 	}, db, chk)
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
+	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("%s-%d", prefix, i)
-		_, err := tr.Transact(context.Background(), &txmsg.Message{ID: id, Topic: topic, ShardingKey: id, Body: []byte(id)}, createOrder(id))
-		require.NoError(t, err)
+		go func(id string) {
+			_, err := tr.Transact(context.Background(), &txmsg.Message{ID: id, Topic: topic, ShardingKey: id, Body: []byte(id)}, createOrder(id))
+			errs <- err
+		}(fmt.Sprintf("%s-%d", prefix, i))
 	}
-	t.Fatal("the child should have been killed after its last local commit")
+	select {
+	case err := <-errs:
+		t.Fatalf("a transaction returned (%v); the child should have been killed after all %d local commits", err, n)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("only %d of %d local transactions committed", committed.Load(), n)
+	}
 }
 
 // runClusterChild runs TestClusterChildProcess and waits until it killed
@@ -106,14 +118,14 @@ func runClusterChild(t *testing.T, e *txEnv, prefix string, n int) {
 	require.Contains(t, string(out), "KILL-POINT after-local-commit")
 }
 
-// Three producer processes' worth of one group: two producers in this
-// process and one child process, which commits 16 transactions over the
-// queues of both brokers and is SIGKILLed after its last local commit. The
-// survivors' own transactions spread over both brokers and end without a
-// check-back (END_TRANSACTION reached the broker holding each half
-// message); the child's last transaction is answered COMMIT from the
-// barrier by a survivor, whichever broker holds it; every event arrives
-// once.
+// Three producers of one group, each with a client of its own: two in
+// this process and one child process, which commits 16 transactions over
+// the queues of both brokers and is SIGKILLed after its local commits,
+// before any END_TRANSACTION. The survivors' own transactions spread over
+// both brokers and end without a check-back (END_TRANSACTION reached the
+// broker holding each half message); every one of the child's 16 is
+// answered COMMIT from the barrier by a survivor, from both brokers; every
+// event arrives once.
 func TestClusterTransactionsOverBothBrokers(t *testing.T) {
 	brokers := testbed.RequireCluster(t)
 	e := newTxEnv(t)
@@ -131,22 +143,25 @@ func TestClusterTransactionsOverBothBrokers(t *testing.T) {
 	prefix := "child-" + testbed.Suffix()
 	runClusterChild(t, e, prefix, 16)
 
-	seen := map[string]int{}
+	ownFrom, childFrom := map[string]int{}, map[string]int{}
 	for _, id := range own {
 		obs.DeliveredOnce(t, id)
-		seen[obs.First(id).Queue.BrokerName]++
+		ownFrom[obs.First(id).Queue.BrokerName]++
 	}
 	for i := 0; i < 16; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
 		obs.DeliveredOnce(t, id)
 		require.Equal(t, checker.StateCommitted, e.barrier(t, id))
-		seen[obs.First(id).Queue.BrokerName]++
+		childFrom[obs.First(id).Queue.BrokerName]++
 	}
 	for _, b := range brokers {
-		require.Positive(t, seen[b.Name], "no event came from %s: %v", b.Name, seen)
+		require.Positive(t, ownFrom[b.Name], "none of the survivors' events came from %s: %v", b.Name, ownFrom)
+		require.Positive(t, childFrom[b.Name], "none of the killed child's events came from %s: %v", b.Name, childFrom)
 	}
-	last := fmt.Sprintf("%s-%d", prefix, 15)
-	require.True(t, cb1.has(last) || cb2.has(last), "the child's last transaction was not checked back by a survivor")
+	for i := 0; i < 16; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		require.True(t, cb1.has(id) || cb2.has(id), "%s of the killed child was not checked back by a survivor", id)
+	}
 	for _, id := range own {
 		require.False(t, cb1.has(id) || cb2.has(id), "%s was checked back: END_TRANSACTION did not reach its broker", id)
 	}
@@ -244,4 +259,38 @@ func TestClusterBrokerKillFailsOverAndLosesNothing(t *testing.T) {
 	var orders int64
 	require.NoError(t, e.db.Model(&order{}).Count(&orders).Error)
 	require.EqualValues(t, len(committed)+8, orders)
+}
+
+// With no producer of the group left, the half messages of a killed
+// producer are discarded by both brokers into TRANS_CHECK_MAX_TIME_TOPIC;
+// one sweeper consumes that topic from both and republishes every
+// committed event once.
+func TestClusterSweeperSweepsBothBrokers(t *testing.T) {
+	brokers := testbed.RequireCluster(t)
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	logger, logs := newLogRecorder()
+	pub := newTestPublisher(t, 0)
+	sw, err := NewSweeper(SweeperConfig{
+		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Logger: logger},
+		ProducerGroups:  []string{e.group},
+		RetryDelayLevel: 1,
+	}, e.chk, pub)
+	require.NoError(t, err)
+	require.NoError(t, sw.Start(context.Background()))
+	t.Cleanup(func() { _ = sw.Close(context.Background()) })
+
+	prefix := "swept-" + testbed.Suffix()
+	runClusterChild(t, e, prefix, 16)
+	for i := 0; i < 16; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		require.Equal(t, checker.StateCommitted, e.barrier(t, id))
+		require.Eventually(t, func() bool { return obs.Count(id) > 0 }, 3*time.Minute, 100*time.Millisecond,
+			"%s was not republished; logs:\n%s", id, logs)
+		obs.DeliveredOnce(t, id)
+	}
+	for _, b := range brokers {
+		require.Positive(t, logs.countLines("republished it", "broker="+b.Name),
+			"nothing discarded by %s was swept; logs:\n%s", b.Name, logs)
+	}
 }

@@ -294,6 +294,9 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) bool {
 		return true
 	}
 	log := s.log.With("txmsg_id", id, "topic", realTopic)
+	if ext.Queue != nil {
+		log = log.With("broker", ext.Queue.BrokerName) // the broker that discarded it
+	}
 	state, err := s.chk.Resolve(ctx, id)
 	if err != nil {
 		log.Warn("discarded half message: barrier unreachable; will retry", "err", err)
