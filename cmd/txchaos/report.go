@@ -100,15 +100,20 @@ type summary struct {
 	Drained           bool           `json:"drained"`
 	MaxRecoveryMS     int64          `json:"max_recovery_ms"`
 	MaxRecoveryKind   string         `json:"max_recovery_kind,omitempty"`
-	Unrecovered       int            `json:"unrecovered"`
-	DrainMS           int64          `json:"drain_ms"`
-	BrokerExtraCopies int            `json:"broker_extra_copies"`
-	SweptCommitted    int            `json:"swept_committed"`
-	SweeperOnly       int            `json:"sweeper_only"`
-	Restarts          int            `json:"restarts"`
-	DataRaces         int            `json:"data_races"`
-	ElapsedS          int64          `json:"elapsed_s"`
-	OK                bool           `json:"ok"`
+	// BrokerRestartFreshMaxMS and BrokerRestartRecoveryMaxMS are the worst
+	// fresh-work and full recovery after broker-kill-restart, from the
+	// moment the restarted broker takes messages again.
+	BrokerRestartFreshMaxMS    int64 `json:"broker_restart_fresh_max_ms"`
+	BrokerRestartRecoveryMaxMS int64 `json:"broker_restart_recovery_max_ms"`
+	Unrecovered                int   `json:"unrecovered"`
+	DrainMS                    int64 `json:"drain_ms"`
+	BrokerExtraCopies          int   `json:"broker_extra_copies"`
+	SweptCommitted             int   `json:"swept_committed"`
+	SweeperOnly                int   `json:"sweeper_only"`
+	Restarts                   int   `json:"restarts"`
+	DataRaces                  int   `json:"data_races"`
+	ElapsedS                   int64 `json:"elapsed_s"`
+	OK                         bool  `json:"ok"`
 }
 
 func (r *report) summary() summary {
@@ -133,6 +138,10 @@ func (r *report) summary() summary {
 	for _, f := range r.Faults {
 		if f.Unrecovered {
 			s.Unrecovered++
+		}
+		if f.Kind == kindBrokerKill && f.Err == "" && !f.Unrecovered {
+			s.BrokerRestartFreshMaxMS = max(s.BrokerRestartFreshMaxMS, f.Fresh.Milliseconds())
+			s.BrokerRestartRecoveryMaxMS = max(s.BrokerRestartRecoveryMaxMS, f.Recovery.Milliseconds())
 		}
 	}
 	return s
