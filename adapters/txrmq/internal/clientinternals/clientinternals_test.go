@@ -96,6 +96,9 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 	require.NoError(t, err, "pull consumer")
 	rp, err := NameServers(pull)
 	require.NoError(t, err, "pull consumer")
+	r, err := ConsumerRefresher(pull)
+	require.NoError(t, err, "pull consumer")
+	r()
 	require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 }
 
