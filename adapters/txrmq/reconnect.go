@@ -25,7 +25,10 @@ import (
 //     accepts them again: it watches each one with a TCP connect per
 //     interval.
 //
-// Refreshes run in its own goroutine, at most one per minGap.
+// A broker accepts connections some seconds before it has registered with
+// the name server and can take a heartbeat, so a return is followed by
+// followUps more refreshes, one per minGap. Refreshes run in the
+// reconnector's own goroutine, at most one per minGap.
 type reconnector struct {
 	log     *slog.Logger
 	prober  clientinternals.RouteProber
@@ -33,6 +36,7 @@ type reconnector struct {
 	topics  []string
 
 	interval, minGap, namesEvery time.Duration
+	followUps                    int
 
 	kickCh chan struct{}
 	stop   chan struct{}
@@ -44,6 +48,9 @@ const (
 	reconnectInterval = 500 * time.Millisecond
 	reconnectMinGap   = time.Second
 	reconnectNames    = 10 * time.Second
+	// reconnectFollowUps covers a broker's start-up after its port opens
+	// (5 to 15 s on the test machine).
+	reconnectFollowUps = 15
 )
 
 // newReconnector returns nil (a no-op) when the client's internals cannot
@@ -54,7 +61,7 @@ func newReconnector(log *slog.Logger, topics []string, prober clientinternals.Ro
 	}
 	return &reconnector{
 		log: log, prober: prober, refresh: refresh, topics: topics,
-		interval: reconnectInterval, minGap: reconnectMinGap, namesEvery: reconnectNames,
+		interval: reconnectInterval, minGap: reconnectMinGap, namesEvery: reconnectNames, followUps: reconnectFollowUps,
 		kickCh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -93,6 +100,7 @@ func (r *reconnector) run() {
 	brokers := map[string]bool{} // broker name → unreachable at the last look
 	var lastNames, lastRefresh time.Time
 	pending := false
+	more := 0 // follow-up refreshes still due after a broker's return
 	for {
 		select {
 		case <-r.stop:
@@ -127,7 +135,12 @@ func (r *reconnector) run() {
 			if up && wasDown {
 				r.log.Info("broker reachable again; refreshing routes and heartbeat now", "broker", name, "addr", addr)
 				pending = true
+				more = r.followUps
 			}
+		}
+		if !pending && more > 0 && time.Since(lastRefresh) >= r.minGap {
+			pending = true
+			more--
 		}
 		if pending && time.Since(lastRefresh) >= r.minGap {
 			pending = false

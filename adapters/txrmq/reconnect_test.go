@@ -30,7 +30,7 @@ func TestReconnectorRefreshesWhenABrokerComesBackAndOnKick(t *testing.T) {
 	addr := ln.Addr().String()
 	var n atomic.Int32
 	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"t"}, fakeProber{addr}, func() { n.Add(1) })
-	r.interval, r.minGap = 50*time.Millisecond, 50*time.Millisecond
+	r.interval, r.minGap, r.followUps = 50*time.Millisecond, 50*time.Millisecond, 2
 	r.start()
 	defer r.close()
 
@@ -43,7 +43,10 @@ func TestReconnectorRefreshesWhenABrokerComesBackAndOnKick(t *testing.T) {
 	ln, err = net.Listen("tcp", addr) // and comes back on the same address
 	require.NoError(t, err)
 	defer ln.Close()
-	require.Eventually(t, func() bool { return n.Load() == 2 }, 10*time.Second, 10*time.Millisecond, "its return refreshes")
+	require.Eventually(t, func() bool { return n.Load() >= 2 }, 10*time.Second, 10*time.Millisecond, "its return refreshes")
+	require.Eventually(t, func() bool { return n.Load() == 4 }, 10*time.Second, 10*time.Millisecond, "and so do the follow-ups")
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, int32(4), n.Load(), "no more than the follow-ups")
 }
 
 func TestReconnectorNilIsANoOp(t *testing.T) {
