@@ -98,6 +98,7 @@ func (r *reconnector) run() {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	brokers := map[string]bool{} // broker name → unreachable at the last look
+	addrs := map[string]string{} // broker name → master address, looked up with the names
 	var lastNames, lastRefresh time.Time
 	pending := false
 	more := 0 // follow-up refreshes still due after a broker's return
@@ -124,9 +125,17 @@ func (r *reconnector) run() {
 					}
 				}
 			}
+			// Looked up here, not on every tick: the pinned client reads
+			// its broker table without the lock its own cleanup of
+			// offline brokers takes.
+			for name := range brokers {
+				if addr := r.prober.FindBrokerAddrByName(name); addr != "" {
+					addrs[name] = addr
+				}
+			}
 		}
 		for name, wasDown := range brokers {
-			addr := r.prober.FindBrokerAddrByName(name)
+			addr := addrs[name]
 			if addr == "" {
 				continue
 			}
