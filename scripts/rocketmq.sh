@@ -14,6 +14,20 @@
 #                                instance (fails while it runs), so that the next
 #                                start begins with an empty broker
 #
+# Cluster form (TXMSG_RMQ_BROKERS=2, or `start --cluster`): one name server and
+# two master brokers, broker-a and broker-b, in one cluster (brokerClusterName
+# DefaultCluster), on ports of their own, from the jars only:
+#   name server TXMSG_CLUSTER_NAMESRV (default 127.0.0.1:29876),
+#   brokers TXMSG_CLUSTER_BROKER_PORTS (default 30911,31911; each also uses
+#   port-2 and port+1). Directories: <cache>/rocketmq/<version>/cluster-<namesrv port>/
+#   with the name server's files there and each broker's below it (broker-a/,
+#   broker-b/: own config, store, logs and pid file). Every command takes an
+#   optional broker name, e.g.
+#     TXMSG_RMQ_BROKERS=2 scripts/rocketmq.sh kill broker-a
+#     TXMSG_RMQ_BROKERS=2 scripts/rocketmq.sh start          (starts what is missing)
+#   The cluster form never reuses a process it did not start (as with
+#   TXMSG_RMQ_EXCLUSIVE=1) and refuses the default ports.
+#
 # Two ways to run it, chosen automatically:
 #   - Docker: when `docker info` works, `docker compose -f docker/compose.yml`
 #     (services namesrv and broker; the same file also has mysql, not touched here).
@@ -47,6 +61,10 @@
 #                            and ports, instead of reusing it (the compatibility
 #                            runs use it so that a test never talks to a
 #                            broker of another version)
+#   TXMSG_RMQ_BROKERS        1 (default) or 2: the cluster form above
+#   TXMSG_CLUSTER_NAMESRV    the cluster's name server (default 127.0.0.1:29876)
+#   TXMSG_CLUSTER_BROKER_PORTS  the cluster's broker ports, broker-a first
+#                            (default 30911,31911)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,14 +75,33 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEFAULT_NS_PORT=9876
 DEFAULT_BROKER_PORT=10911
 ROCKETMQ_VERSION=${TXMSG_RMQ_VERSION:-$ROCKETMQ_VERSION}
-NAMESRV=${TXMSG_NAMESRV:-127.0.0.1:$DEFAULT_NS_PORT}
+BROKERS=${TXMSG_RMQ_BROKERS:-1}
+if [[ ${1:-} == start && ${2:-} == --cluster ]]; then
+	BROKERS=2
+	set -- start
+fi
+[[ $BROKERS == 1 || $BROKERS == 2 ]] ||
+	{ echo "rocketmq.sh: TXMSG_RMQ_BROKERS must be 1 or 2 (got '$BROKERS')" >&2; exit 2; }
+CLUSTER=0
+CLUSTER_BROKERS=(broker-a broker-b)
+if ((BROKERS == 2)); then
+	CLUSTER=1
+	NAMESRV=${TXMSG_CLUSTER_NAMESRV:-127.0.0.1:29876}
+	IFS=', ' read -r -a CLUSTER_PORTS <<<"${TXMSG_CLUSTER_BROKER_PORTS:-30911,31911}"
+	((${#CLUSTER_PORTS[@]} == 2)) ||
+		{ echo "rocketmq.sh: TXMSG_CLUSTER_BROKER_PORTS must be two ports, broker-a's and broker-b's (got '${TXMSG_CLUSTER_BROKER_PORTS:-}')" >&2; exit 2; }
+	TXMSG_RMQ_BROKER_PORT=${CLUSTER_PORTS[0]}
+	EXCLUSIVE=1
+fi
+NAMESRV=${NAMESRV:-${TXMSG_NAMESRV:-127.0.0.1:$DEFAULT_NS_PORT}}
 NS_HOST=${NAMESRV%:*}
 NS_PORT=${NAMESRV##*:}
 BROKER_HOST=127.0.0.1
 BROKER_PORT=${TXMSG_RMQ_BROKER_PORT:-$DEFAULT_BROKER_PORT}
 READY_TIMEOUT=${TXMSG_RMQ_READY_TIMEOUT:-120s}
 MODE=${TXMSG_ROCKETMQ_MODE:-auto}
-EXCLUSIVE=${TXMSG_RMQ_EXCLUSIVE:-0}
+EXCLUSIVE=${EXCLUSIVE:-${TXMSG_RMQ_EXCLUSIVE:-0}}
+BROKER_NAME=broker-a
 
 [[ $ROCKETMQ_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
 	{ echo "rocketmq.sh: TXMSG_RMQ_VERSION must look like 4.9.7 or 5.3.3 (got '$ROCKETMQ_VERSION')" >&2; exit 2; }
@@ -77,6 +114,21 @@ if ((NS_PORT >= BROKER_PORT - 2 && NS_PORT <= BROKER_PORT + 1)); then
 	echo "rocketmq.sh: name server port $NS_PORT collides with the broker's ports $((BROKER_PORT - 2))-$((BROKER_PORT + 1))" >&2
 	exit 2
 fi
+if ((CLUSTER)); then
+	for p in "${CLUSTER_PORTS[@]}"; do
+		[[ $p =~ ^[0-9]+$ ]] && ((p > 2 && p < 65535)) ||
+			{ echo "rocketmq.sh: TXMSG_CLUSTER_BROKER_PORTS: '$p' is not a port between 3 and 65534" >&2; exit 2; }
+		((p - 2 <= DEFAULT_BROKER_PORT + 1 && p + 1 >= DEFAULT_BROKER_PORT - 2)) &&
+			{ echo "rocketmq.sh: the cluster's broker port $p overlaps the default broker's ports" >&2; exit 2; }
+		((NS_PORT >= p - 2 && NS_PORT <= p + 1)) &&
+			{ echo "rocketmq.sh: name server port $NS_PORT collides with the broker's ports $((p - 2))-$((p + 1))" >&2; exit 2; }
+	done
+	a=${CLUSTER_PORTS[0]} b=${CLUSTER_PORTS[1]}
+	((a - b >= 4 || b - a >= 4)) ||
+		{ echo "rocketmq.sh: broker-a port $a and broker-b port $b must be at least 4 apart (each uses port-2..port+1)" >&2; exit 2; }
+	[[ $NS_PORT != "$DEFAULT_NS_PORT" ]] ||
+		{ echo "rocketmq.sh: the cluster form does not use the default name server port $DEFAULT_NS_PORT" >&2; exit 2; }
+fi
 
 CACHE_ROOT=${TXMSG_CACHE:-$ROOT/.cache}
 VERSION_DIR=$CACHE_ROOT/rocketmq/$ROCKETMQ_VERSION
@@ -88,10 +140,37 @@ else
 	RMQ_DIR=$VERSION_DIR/ports-$NS_PORT-$BROKER_PORT
 fi
 LIB=$VERSION_DIR/lib
-CONF_DIR=$RMQ_DIR/conf
-LOG_DIR=$RMQ_DIR/logs                  # stdout/stderr of the JVMs
-RMQ_LOG_DIR=$RMQ_DIR/logs/rocketmqlogs # RocketMQ's own logs (user.home=$RMQ_DIR)
-STORE_DIR=$RMQ_DIR/store
+CLUSTER_DIR=$VERSION_DIR/cluster-$NS_PORT
+((CLUSTER)) && RMQ_DIR=$CLUSTER_DIR
+
+# use_instance DIR [BROKER_NAME BROKER_PORT]: point the jar path's globals at
+# one instance directory (the cluster's name server and each of its brokers
+# have their own).
+use_instance() {
+	RMQ_DIR=$1
+	CONF_DIR=$RMQ_DIR/conf
+	LOG_DIR=$RMQ_DIR/logs                  # stdout/stderr of the JVMs
+	RMQ_LOG_DIR=$RMQ_DIR/logs/rocketmqlogs # RocketMQ's own logs (user.home=$RMQ_DIR)
+	STORE_DIR=$RMQ_DIR/store
+	if (($# == 3)); then
+		BROKER_NAME=$2
+		BROKER_PORT=$3
+	fi
+	CONFIGS_WRITTEN=
+}
+use_instance "$RMQ_DIR"
+
+# use_broker NAME: the cluster's broker NAME (broker-a or broker-b).
+use_broker() {
+	local i
+	for i in "${!CLUSTER_BROKERS[@]}"; do
+		if [[ ${CLUSTER_BROKERS[$i]} == "$1" ]]; then
+			use_instance "$CLUSTER_DIR/$1" "$1" "${CLUSTER_PORTS[$i]}"
+			return 0
+		fi
+	done
+	die "no broker '$1' in the cluster (brokers: ${CLUSTER_BROKERS[*]})"
+}
 
 COMPOSE_FILE=$ROOT/docker/compose.yml
 
@@ -100,6 +179,8 @@ die() { printf 'rocketmq.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
 	echo "usage: $0 start|stop|status|kill|pause|resume|owns|wipe" >&2
+	echo "       TXMSG_RMQ_BROKERS=2 $0 start|stop|status|kill|pause|resume|owns|wipe [broker-a|broker-b]" >&2
+	echo "       $0 start --cluster" >&2
 	exit 2
 }
 
@@ -159,27 +240,32 @@ need_go() {
 }
 
 # Runs the readiness probe in the background so that a JVM dying meanwhile
-# is noticed at once. Arguments: names of components started by this call
-# (their pid files are watched). Returns the probe's exit status, or 10 when
-# one of those JVMs exited.
+# is noticed at once. Arguments: components started by this call, as
+# DIR/NAME (pid file DIR/NAME.pid, output DIR/logs/NAME.out); a bare NAME is
+# $RMQ_DIR/NAME. READY_ARGS holds extra rmqready flags (the cluster's
+# brokers). Returns the probe's exit status, or 10 when one of those JVMs
+# exited.
+READY_ARGS=()
 wait_ready() {
 	need_go
-	mkdir -p "$RMQ_DIR/bin"
-	log "waiting (up to $READY_TIMEOUT) until the name server at $NAMESRV routes a test message ..."
-	(cd "$ROOT" && go build -o "$RMQ_DIR/bin/rmqready" ./internal/testbed/cmd/rmqready) ||
+	local bin=$RMQ_DIR/bin
+	mkdir -p "$bin"
+	log "waiting (up to $READY_TIMEOUT) until the name server at $NAMESRV routes a test message${READY_ARGS[*]:+ to every broker}${READY_ARGS[*]:+ (${READY_ARGS[*]})} ..."
+	(cd "$ROOT" && go build -o "$bin/rmqready.$$" ./internal/testbed/cmd/rmqready && mv -f "$bin/rmqready.$$" "$bin/rmqready") ||
 		die "could not build ./internal/testbed/cmd/rmqready"
-	"$RMQ_DIR/bin/rmqready" -namesrv "$NAMESRV" -timeout "$READY_TIMEOUT" 9>&- &
-	local probe=$! name pid
+	"$bin/rmqready" -namesrv "$NAMESRV" -timeout "$READY_TIMEOUT" "${READY_ARGS[@]}" 9>&- &
+	local probe=$! c dir name pid
 	while kill -0 "$probe" 2>/dev/null; do
-		for name in "$@"; do
-			pid=$(cat "$RMQ_DIR/$name.pid" 2>/dev/null || true)
+		for c in "$@"; do
+			if [[ $c == */* ]]; then dir=${c%/*} name=${c##*/}; else dir=$RMQ_DIR name=$c; fi
+			pid=$(cat "$dir/$name.pid" 2>/dev/null || true)
 			if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
 				kill "$probe" 2>/dev/null || true
 				wait "$probe" 2>/dev/null || true
-				rm -f "$RMQ_DIR/$name.pid"
-				log "the $name JVM (pid $pid) exited during start-up; last lines of $LOG_DIR/$name.out and $RMQ_LOG_DIR/$name.log:"
-				grep -v -e '|-INFO in' -e '|-WARN in' "$LOG_DIR/$name.out" 2>/dev/null | tail -n 20 >&2 || true
-				tail -n 20 "$RMQ_LOG_DIR/$name.log" >&2 2>/dev/null || true
+				rm -f "$dir/$name.pid"
+				log "the $name JVM of $dir (pid $pid) exited during start-up; last lines of $dir/logs/$name.out and $dir/logs/rocketmqlogs/$name.log:"
+				grep -v -e '|-INFO in' -e '|-WARN in' "$dir/logs/$name.out" 2>/dev/null | tail -n 20 >&2 || true
+				tail -n 20 "$dir/logs/rocketmqlogs/$name.log" >&2 2>/dev/null || true
 				return 10
 			fi
 		done
@@ -323,6 +409,7 @@ write_configs() {
 		echo
 		echo "# --- set by scripts/rocketmq.sh for the no-Docker path (later lines win) ---"
 		echo "namesrvAddr=$NAMESRV"
+		echo "brokerName=$BROKER_NAME"
 		echo "brokerIP1=$BROKER_HOST"
 		echo "listenPort=$BROKER_PORT"
 		echo "bindAddress=$bind"
@@ -678,6 +765,153 @@ jar_signal() {
 	esac
 }
 
+# ---------------------------------------------------------------- cluster (jar path)
+
+# cluster_ready_args: rmqready flags naming every broker of the cluster, so
+# that readiness means each one is registered and takes a message.
+cluster_ready_args() {
+	local i list=""
+	for i in "${!CLUSTER_BROKERS[@]}"; do
+		list+="${list:+,}${CLUSTER_BROKERS[$i]}=$BROKER_HOST:${CLUSTER_PORTS[$i]}"
+	done
+	READY_ARGS=(-brokers "$list")
+}
+
+# cluster_names [NAME]: the brokers a command acts on.
+cluster_names() {
+	if [[ -n ${1:-} ]]; then
+		use_broker "$1" # validates the name
+		echo "$1"
+	else
+		printf '%s\n' "${CLUSTER_BROKERS[@]}"
+	fi
+}
+
+cluster_lock() {
+	mkdir -p "$CLUSTER_DIR"
+	exec 9>"$CLUSTER_DIR/.lock"
+	flock -w 600 9 || die "another rocketmq.sh holds $CLUSTER_DIR/.lock"
+}
+
+# cluster_start [NAME]: start the name server and the brokers (or broker
+# NAME) that are not running, then wait until every broker takes messages.
+cluster_start() {
+	find_java >/dev/null || die "no 'java' found: install a JDK 17 (apt-get install openjdk-17-jdk-headless) and maven."
+	cluster_lock
+	local -a started=()
+	local pid name t0=$SECONDS
+	use_instance "$CLUSTER_DIR"
+	if pid=$(pid_of namesrv); then
+		log "cluster namesrv already running (pid $pid)"
+	else
+		port_open "$NS_HOST" "$NS_PORT" && refuse_foreign namesrv "$NS_HOST" "$NS_PORT"
+		ensure_jars
+		write_configs
+		rm -f "$RMQ_DIR/namesrv.pid"
+		echo "$NAMESRV" >"$RMQ_DIR/namesrv.addr"
+		launch namesrv org.apache.rocketmq.namesrv.NamesrvStartup \
+			-Xms128m -Xmx256m -Drmq.logback.configurationFile=rmq.namesrv.logback.xml \
+			-- -c "$CONF_DIR/namesrv.conf"
+		started+=("$RMQ_DIR/namesrv")
+		wait_port "$NS_HOST" "$NS_PORT" namesrv 60 || {
+			tail -n 20 "$LOG_DIR/namesrv.out" >&2 || true
+			die "the cluster's name server did not open $NS_HOST:$NS_PORT; logs: $LOG_DIR/namesrv.out"
+		}
+	fi
+	for name in $(cluster_names "${1:-}"); do
+		use_broker "$name"
+		if pid=$(pid_of broker); then
+			log "$name already running (pid $pid)"
+			continue
+		fi
+		port_open "$BROKER_HOST" "$BROKER_PORT" && refuse_foreign broker "$BROKER_HOST" "$BROKER_PORT"
+		ensure_jars
+		write_configs
+		rm -f "$RMQ_DIR/broker.pid"
+		launch broker org.apache.rocketmq.broker.BrokerStartup \
+			-Xms256m -Xmx512m -XX:MaxDirectMemorySize=256m \
+			-Drmq.logback.configurationFile=rmq.broker.logback.xml \
+			-- -c "$CONF_DIR/broker.conf"
+		started+=("$RMQ_DIR/broker")
+	done
+	use_instance "$CLUSTER_DIR"
+	cluster_ready_args
+	local rc=0
+	wait_ready "${started[@]}" || rc=$?
+	((rc == 10)) && die "a RocketMQ JVM of the cluster exited during start-up (see above)"
+	((rc == 0)) || die "the cluster did not become ready within $READY_TIMEOUT; logs: $CLUSTER_DIR/{logs,broker-a/logs,broker-b/logs}"
+	log "RocketMQ $ROCKETMQ_VERSION cluster ready after $((SECONDS - t0)) s: name server $NAMESRV, broker-a $BROKER_HOST:${CLUSTER_PORTS[0]}, broker-b $BROKER_HOST:${CLUSTER_PORTS[1]}"
+	log "logs: $CLUSTER_DIR/logs, $CLUSTER_DIR/broker-{a,b}/logs"
+}
+
+# cluster_stop [NAME]: stop broker NAME, or both brokers and the name server.
+cluster_stop() {
+	cluster_lock
+	local name
+	for name in $(cluster_names "${1:-}"); do
+		use_broker "$name"
+		log "$name:"
+		stop_one broker
+	done
+	if [[ -z ${1:-} ]]; then
+		use_instance "$CLUSTER_DIR"
+		stop_one namesrv
+	fi
+}
+
+cluster_status() {
+	local rc=0 name
+	use_instance "$CLUSTER_DIR"
+	status_one namesrv "$NS_HOST" "$NS_PORT" || rc=3
+	for name in $(cluster_names "${1:-}"); do
+		use_broker "$name"
+		printf '%s ' "$name"
+		status_one broker "$BROKER_HOST" "$BROKER_PORT" || rc=3
+	done
+	echo "logs: $CLUSTER_DIR/logs, $CLUSTER_DIR/broker-{a,b}/logs"
+	return $rc
+}
+
+# cluster_signal VERB [NAME]: kill, pause or resume broker NAME (both when
+# no name is given; kill needs a name, so that a typo never takes the
+# whole cluster down).
+cluster_signal() {
+	[[ $1 != kill || -n ${2:-} ]] || die "kill needs a broker name in the cluster form: kill broker-a or kill broker-b"
+	local name
+	for name in $(cluster_names "${2:-}"); do
+		use_broker "$name"
+		if [[ $1 == resume ]] && ! pid_of broker >/dev/null; then
+			continue # nothing paused there
+		fi
+		jar_signal "$1" | sed "s/^rocketmq.sh: broker/rocketmq.sh: $name/"
+	done
+}
+
+cluster_owns() {
+	local name
+	for name in $(cluster_names "${1:-}"); do
+		use_broker "$name"
+		pid_of broker >/dev/null || return 1
+	done
+}
+
+cluster_wipe() {
+	cluster_lock
+	local name
+	use_instance "$CLUSTER_DIR"
+	pid_of namesrv >/dev/null && [[ -z ${1:-} ]] && die "the cluster's name server is running: '$0 stop' first"
+	for name in $(cluster_names "${1:-}"); do
+		use_broker "$name"
+		pid_of broker >/dev/null && die "$name is running: '$0 stop $name' first"
+		port_open "$BROKER_HOST" "$BROKER_PORT" && die "$BROKER_HOST:$BROKER_PORT is served by another process: not wiping $STORE_DIR"
+		rm -rf "$STORE_DIR" "$LOG_DIR"
+		log "deleted $STORE_DIR and $LOG_DIR"
+	done
+	if [[ -z ${1:-} ]]; then
+		rm -rf "$CLUSTER_DIR/logs"
+	fi
+}
+
 # ---------------------------------------------------------------- Docker path
 
 compose() {
@@ -740,8 +974,27 @@ docker_status() {
 
 # ---------------------------------------------------------------- main
 
-(($# == 1)) || usage
+(($# == 1 || $# == 2)) || usage
 cmd=$1
+target=${2:-}
+if [[ -n $target ]] && ((!CLUSTER)); then
+	die "a broker name ('$target') is for the cluster form (TXMSG_RMQ_BROKERS=2 or start --cluster)"
+fi
+
+if ((CLUSTER)); then
+	is_loopback "$NS_HOST" || die "the cluster form runs on loopback only (TXMSG_CLUSTER_NAMESRV=$NAMESRV)"
+	[[ $MODE != docker ]] || die "the cluster form runs from the jars; for Docker use the cluster profile of docker/compose.yml"
+	case $cmd in
+	start) cluster_start "$target" ;;
+	stop) cluster_stop "$target" ;;
+	status) cluster_status "$target" ;;
+	kill | pause | resume) cluster_signal "$cmd" "$target" ;;
+	owns) cluster_owns "$target" ;;
+	wipe) cluster_wipe "$target" ;;
+	*) usage ;;
+	esac
+	exit
+fi
 
 if ! is_loopback "$NS_HOST"; then
 	# A remote name server: nothing to start or stop here, only check it.

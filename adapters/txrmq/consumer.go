@@ -111,6 +111,7 @@ type Consumer struct {
 	log    *slog.Logger
 	pc     rmq.PushConsumer
 	sem    chan struct{}
+	rc     *reconnector
 
 	// handlerCtx parents every handler's context. It is the consumer's own
 	// lifetime, not a caller's context: Close cancels it when its caller
@@ -254,7 +255,29 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return c.startErr
 	}
 	c.started = true
+	c.rc = c.newReconnector()
+	c.rc.start()
 	return nil
+}
+
+// newReconnector watches the brokers of the consumer's topics: a restarted
+// broker serves a group's pulls only after its heartbeat.
+func (c *Consumer) newReconnector() *reconnector {
+	rp, err := clientinternals.NameServers(c.pc)
+	if err != nil {
+		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	refresh, err := clientinternals.ConsumerRefresher(c.pc)
+	if err != nil {
+		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	topics := make([]string, 0, len(c.routes))
+	for _, r := range c.routes {
+		topics = append(topics, c.cfg.brokerTopic(r.Topic()))
+	}
+	return newReconnector(c.log, topics, rp, refresh)
 }
 
 func (c *Consumer) start() error {
@@ -452,6 +475,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 		return nil
 	}
 
+	c.rc.close()
 	c.pc.Suspend() // stop pulling; what is cached is not handled
 	done := make(chan struct{})
 	go func() { c.inflight.Wait(); close(done) }()

@@ -147,6 +147,7 @@ type OrderedConsumer struct {
 	log    *slog.Logger
 	pc     rmq.PullConsumer
 	sem    chan struct{}
+	rc     *reconnector
 
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
@@ -275,7 +276,29 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 	c.loops.Add(2)
 	go c.dispatch()
 	go c.persist()
+	c.rc = c.newReconnector()
+	c.rc.start()
 	return nil
+}
+
+// newReconnector watches the brokers of the consumer's topics: a restarted
+// broker serves a group's pulls only after its heartbeat.
+func (c *OrderedConsumer) newReconnector() *reconnector {
+	rp, err := clientinternals.NameServers(c.pc)
+	if err != nil {
+		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	refresh, err := clientinternals.ConsumerRefresher(c.pc)
+	if err != nil {
+		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	topics := make([]string, 0, len(c.topics))
+	for _, t := range c.topics {
+		topics = append(topics, c.cfg.brokerTopic(t))
+	}
+	return newReconnector(c.log, topics, rp, refresh)
 }
 
 func (c *OrderedConsumer) start() error {
@@ -582,6 +605,7 @@ func (c *OrderedConsumer) Close(ctx context.Context) error {
 	if !started {
 		return nil
 	}
+	c.rc.close()
 	done := make(chan struct{})
 	go func() {
 		c.loops.Wait()

@@ -57,6 +57,7 @@ type Publisher struct {
 	tp   rmq.TransactionProducer // owns prod and receives check-backs; nil if prod is a plain producer
 	cb   *checkBacks
 	log  *slog.Logger
+	rc   *reconnector
 
 	mu      sync.RWMutex
 	started bool
@@ -162,6 +163,8 @@ func (p *Publisher) Start(ctx context.Context) error {
 			p.log.Warn("cannot pre-fetch topic routes; the first sends look them up", "topics", p.cfg.Topics, "err", err)
 		}
 	}
+	p.rc = p.newReconnector()
+	p.rc.start()
 	return nil
 }
 
@@ -313,6 +316,7 @@ func (p *Publisher) send(ctx context.Context, msgs []*txmsg.Message, idx []int, 
 	topic := msgs[idx[0]].Topic
 	res, err := p.prod.SendSync(ctx, pms...)
 	if err != nil {
+		p.rc.kick()
 		return fmt.Errorf("send %d message(s) to %s: %w", len(pms), topic, classifySendError(err))
 	}
 	if res.Status != primitive.SendOK {
@@ -399,6 +403,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		err = fmt.Errorf("rocketmq: publisher close: %w", ctx.Err())
 	}
 	p.cb.stopWorkers()
+	p.rc.close()
 	shutdown := p.prod.Shutdown
 	if p.tp != nil {
 		shutdown = p.tp.Shutdown
@@ -407,4 +412,22 @@ func (p *Publisher) Close(ctx context.Context) error {
 		err = fmt.Errorf("rocketmq: publisher shutdown: %w", serr)
 	}
 	return err
+}
+
+func (p *Publisher) newReconnector() *reconnector {
+	rp, err := clientinternals.NameServers(p.prod)
+	if err != nil {
+		p.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	refresh, err := clientinternals.ProducerRefresher(p.prod)
+	if err != nil {
+		p.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	topics := make([]string, 0, len(p.cfg.Topics))
+	for _, topic := range p.cfg.Topics {
+		topics = append(topics, p.cfg.brokerTopic(topic))
+	}
+	return newReconnector(p.log, topics, rp, refresh)
 }

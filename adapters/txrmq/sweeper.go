@@ -328,6 +328,9 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 		return swept
 	}
 	log := s.log.With("txmsg_id", id, "topic", realTopic)
+	if ext.Queue != nil {
+		log = log.With("broker", ext.Queue.BrokerName) // the broker that discarded it
+	}
 	state, err := s.chk.ResolveSince(ctx, id, bornAt(ext))
 	if errors.Is(err, checker.ErrBeyondPurgeHorizon) {
 		return s.hold(ctx, ext, id, realTopic, err)

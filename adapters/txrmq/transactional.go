@@ -47,6 +47,7 @@ type Transactional struct {
 	chk  *checker.Checker
 	log  *slog.Logger
 	prod rmq.TransactionProducer
+	rc   *reconnector
 
 	calls sync.Map // txmsg ID → *call
 	cb    *checkBacks
@@ -159,6 +160,8 @@ func (t *Transactional) Start(ctx context.Context) error {
 			t.log.Warn("topics have no route yet", "topics", missing)
 		}
 	}
+	t.rc = t.newReconnector()
+	t.rc.start()
 	return nil
 }
 
@@ -217,6 +220,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 
 	res, err := t.prod.SendMessageInTransaction(ctx, toPrimitive(msg))
 	if err != nil {
+		t.rc.kick()
 		t.cfg.Hooks.HalfSent(ctx, msg, err, time.Since(c.start))
 		return nil, fmt.Errorf("rocketmq: send half message to %s: %w", msg.Topic, err)
 	}
@@ -326,6 +330,7 @@ func (t *Transactional) Close(ctx context.Context) error {
 	}
 	t.cb.stopWorkers()
 	if started {
+		t.rc.close()
 		if serr := t.prod.Shutdown(); serr != nil && err == nil {
 			err = fmt.Errorf("rocketmq: transactional producer shutdown: %w", serr)
 		}
@@ -361,3 +366,25 @@ func (l listener) CheckLocalTransaction(ext *primitive.MessageExt) primitive.Loc
 }
 
 var _ primitive.TransactionListener = listener{}
+
+// newReconnector watches the brokers of cfg.Topics (none without Topics:
+// then only failed sends refresh at once). The heartbeat matters most
+// here: a restarted broker sends check-backs only to producers that have
+// sent it one.
+func (t *Transactional) newReconnector() *reconnector {
+	rp, err := clientinternals.TransactionProducerNameServers(t.prod)
+	if err != nil {
+		t.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	refresh, err := clientinternals.TransactionProducerRefresher(t.prod)
+	if err != nil {
+		t.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		return nil
+	}
+	topics := make([]string, 0, len(t.cfg.Topics))
+	for _, topic := range t.cfg.Topics {
+		topics = append(topics, t.cfg.brokerTopic(topic))
+	}
+	return newReconnector(t.log, topics, rp, refresh)
+}

@@ -17,10 +17,13 @@ import (
 
 // storedMsg is one message as the broker stores it in a topic.
 type storedMsg struct {
-	ID     string
-	Key    string
-	Seq    int
-	Queue  int
+	ID    string
+	Key   string
+	Seq   int
+	Queue int
+	// Broker holds Queue: queue numbers repeat on every broker of a
+	// cluster.
+	Broker string
 	Offset int64
 	// Group is the producer group that sent this copy, when the broker
 	// says (transactional messages carry it).
@@ -28,8 +31,9 @@ type storedMsg struct {
 }
 
 type queueRef struct {
-	topic string
-	queue int
+	topic  string
+	broker string
+	queue  int
 }
 
 // auditTopics reads every message stored in topics, from the first
@@ -62,7 +66,7 @@ func auditTopics(ctx context.Context, nameServer, group string, topics []string,
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range msgs {
-				ref := queueRef{topic: m.Topic, queue: m.Queue.QueueId}
+				ref := queueRef{topic: m.Topic, broker: m.Queue.BrokerName, queue: m.Queue.QueueId}
 				if seen[ref] == nil {
 					seen[ref] = map[int64]storedMsg{}
 				}
@@ -73,7 +77,7 @@ func auditTopics(ctx context.Context, nameServer, group string, topics []string,
 				_ = json.Unmarshal(m.Body, &evt)
 				seen[ref][m.QueueOffset] = storedMsg{
 					ID: m.GetProperty(txmsg.PropertyID), Key: m.GetProperty(txmsg.PropertyShardingKey), Seq: evt.Seq,
-					Queue: m.Queue.QueueId, Offset: m.QueueOffset, Group: m.GetProperty(primitive.PropertyProducerGroup),
+					Queue: m.Queue.QueueId, Broker: m.Queue.BrokerName, Offset: m.QueueOffset, Group: m.GetProperty(primitive.PropertyProducerGroup),
 				}
 				if v, err := strconv.ParseInt(m.GetProperty(primitive.PropertyMaxOffset), 10, 64); err == nil && v > maxOff[ref] {
 					maxOff[ref] = v

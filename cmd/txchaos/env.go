@@ -136,15 +136,25 @@ func (r *runner) setup(ctx context.Context) error {
 func (r *runner) createTopic(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := r.adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(r.cfg.Broker),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4))
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w (start RocketMQ with scripts/rocketmq.sh start)", name, err)
+	brokers := r.brokerAddrs()
+	for _, addr := range brokers {
+		err := r.adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4))
+		if err != nil {
+			return fmt.Errorf("create topic %s on %s: %w (start RocketMQ with scripts/rocketmq.sh start)", name, addr, err)
+		}
 	}
 	for {
 		mqs, err := r.adm.FetchPublishMessageQueues(ctx, name)
-		if err == nil && len(mqs) > 0 {
+		names := map[string]bool{}
+		for _, mq := range mqs {
+			names[mq.BrokerName] = true
+		}
+		if err == nil && len(names) >= len(brokers) {
 			return nil
+		}
+		if err == nil && len(names) > 0 {
+			return fmt.Errorf("topic %s is routed to %d of %d brokers after creation", name, len(names), len(brokers))
 		}
 		select {
 		case <-ctx.Done():
@@ -169,8 +179,10 @@ func (r *runner) teardown(keep bool) {
 	if r.adm != nil {
 		if !keep {
 			for _, t := range r.topics {
-				_ = r.adm.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(r.cfg.Broker),
-					admin.WithNameSrvAddr([]string{r.cfg.NameServer}))
+				for _, addr := range r.brokerAddrs() {
+					_ = r.adm.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr),
+						admin.WithNameSrvAddr([]string{r.cfg.NameServer}))
+				}
 			}
 		}
 		_ = r.adm.Close()
@@ -183,4 +195,17 @@ func (r *runner) teardown(keep bool) {
 			_ = sqlDB.Close()
 		}
 	}
+}
+
+// brokerAddrs are the brokers topics are created on: every broker of the
+// cluster, or the one broker.
+func (r *runner) brokerAddrs() []string {
+	if !r.cfg.Cluster {
+		return []string{r.cfg.Broker}
+	}
+	var out []string
+	for _, b := range r.cfg.Brokers {
+		out = append(out, b.Addr)
+	}
+	return out
 }

@@ -120,14 +120,15 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		return r.killAt(ctx, kind, r.consumer, pick(odd, syscall.SIGUSR1, syscall.SIGUSR2))
 	case kindBrokerKill:
 		rec := faultRecord{Kind: kind, Start: time.Now()}
-		if err := r.script(ctx, "rocketmq.sh", "kill"); err != nil {
+		target := r.brokerTarget(odd)
+		if err := r.script(ctx, "rocketmq.sh", "kill", target...); err != nil {
 			rec.Err = err.Error()
 			return rec
 		}
 		down := time.Duration(r.rng.Int64N(int64(2 * time.Second)))
-		rec.Detail = fmt.Sprintf("broker SIGKILLed, started again after %s", down.Round(time.Millisecond))
+		rec.Detail = fmt.Sprintf("%s SIGKILLed, started again after %s", brokerLabel(target), down.Round(time.Millisecond))
 		sleep(ctx, down)
-		if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
+		if err := r.retryScript(ctx, "rocketmq.sh", "start", target...); err != nil {
 			rec.Err = err.Error()
 		}
 		rec.End = time.Now()
@@ -178,13 +179,14 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		return rec
 	case kindBrokerPause:
 		pause := r.cfg.PauseMin + time.Duration(r.rng.Int64N(int64(r.cfg.PauseMax-r.cfg.PauseMin)+1))
-		rec := faultRecord{Kind: kind, Detail: fmt.Sprintf("broker frozen for %s", pause.Round(time.Millisecond)), Start: time.Now()}
-		if err := r.script(ctx, "rocketmq.sh", "pause"); err != nil {
+		target := r.brokerTarget(odd)
+		rec := faultRecord{Kind: kind, Detail: fmt.Sprintf("%s frozen for %s", brokerLabel(target), pause.Round(time.Millisecond)), Start: time.Now()}
+		if err := r.script(ctx, "rocketmq.sh", "pause", target...); err != nil {
 			rec.Err = err.Error()
 			return rec
 		}
 		sleep(ctx, pause)
-		if err := r.script(context.WithoutCancel(ctx), "rocketmq.sh", "resume"); err != nil {
+		if err := r.script(context.WithoutCancel(ctx), "rocketmq.sh", "resume", target...); err != nil {
 			rec.Err = err.Error()
 		}
 		rec.End = time.Now()
@@ -251,32 +253,52 @@ func (r *runner) killNow(ctx context.Context, kind string, p *proc) faultRecord 
 	return rec
 }
 
-// script runs scripts/<name> verb, logging its output to the run's
-// scripts.log.
-func (r *runner) script(ctx context.Context, name, verb string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(r.cfg.Root, "scripts", name), verb)
+// brokerTarget is the broker a broker fault acts on: none named (the one
+// broker) or, on the cluster, broker-a and broker-b in turn.
+func (r *runner) brokerTarget(odd bool) []string {
+	if !r.cfg.Cluster {
+		return nil
+	}
+	return []string{pick(odd, r.cfg.Brokers[0].Name, r.cfg.Brokers[1].Name)}
+}
+
+func brokerLabel(target []string) string {
+	if len(target) == 0 {
+		return "broker"
+	}
+	return target[0]
+}
+
+// script runs scripts/<name> verb [args], logging its output to the run's
+// scripts.log. On the cluster, rocketmq.sh acts on the cluster's
+// processes only (TXMSG_RMQ_BROKERS=2).
+func (r *runner) script(ctx context.Context, name, verb string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(r.cfg.Root, "scripts", name), append([]string{verb}, args...)...)
 	cmd.Dir = r.cfg.Root
 	cmd.Env = append(os.Environ(), "TXMSG_NAMESRV="+r.cfg.NameServer)
+	if r.cfg.Cluster {
+		cmd.Env = append(cmd.Env, "TXMSG_RMQ_BROKERS=2", "TXMSG_ROCKETMQ_MODE=jar", "TXMSG_CLUSTER_NAMESRV="+r.cfg.NameServer)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err := cmd.Run()
 	if f, ferr := os.OpenFile(filepath.Join(r.dir, "logs", "scripts.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
-		fmt.Fprintf(f, "=== %s %s %s (%s, err %v)\n%s", start.UTC().Format(time.RFC3339Nano), name, verb, time.Since(start).Round(time.Millisecond), err, out.String())
+		fmt.Fprintf(f, "=== %s %s %s %v (%s, err %v)\n%s", start.UTC().Format(time.RFC3339Nano), name, verb, args, time.Since(start).Round(time.Millisecond), err, out.String())
 		_ = f.Close()
 	}
 	if err != nil {
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		return fmt.Errorf("scripts/%s %s: %w: %s", name, verb, err, lines[len(lines)-1])
+		return fmt.Errorf("scripts/%s %s: %w: %s", name, strings.Join(append([]string{verb}, args...), " "), err, lines[len(lines)-1])
 	}
 	return nil
 }
 
 // retryScript runs a start script until it succeeds, up to three times.
-func (r *runner) retryScript(ctx context.Context, name, verb string) error {
+func (r *runner) retryScript(ctx context.Context, name, verb string, args ...string) error {
 	var err error
 	for range 3 {
-		if err = r.script(context.WithoutCancel(ctx), name, verb); err == nil {
+		if err = r.script(context.WithoutCancel(ctx), name, verb, args...); err == nil {
 			return nil
 		}
 		sleep(ctx, 2*time.Second)
@@ -295,6 +317,9 @@ func (r *runner) restoreServices(ctx context.Context) error {
 	if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
 		return err
 	}
+	if !r.enabled(kindDBRestart) {
+		return nil // the database was left alone
+	}
 	return r.retryScript(ctx, "mysql.sh", "start")
 }
 
@@ -305,4 +330,14 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// enabled reports whether kind is a fault kind of this run.
+func (r *runner) enabled(kind string) bool {
+	for _, k := range r.enabledKinds() {
+		if k == kind {
+			return true
+		}
+	}
+	return false
 }

@@ -31,6 +31,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,11 @@ type config struct {
 	DSN        string
 	NameServer string
 	Broker     string
+	// Cluster runs on the two-broker cluster of scripts/rocketmq.sh (start
+	// --cluster): topics on every broker of Brokers, broker faults on
+	// broker-a and broker-b in turn.
+	Cluster bool
+	Brokers []testbed.ClusterBroker
 	// Root is the repository root: scripts/ lives there.
 	Root string
 	// Dir holds the run's logs and attempt records. Default
@@ -157,6 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.PauseMin, "pause-min", cfg.PauseMin, "shortest broker pause (longer than the 3 s send timeout)")
 	fs.DurationVar(&cfg.PauseMax, "pause-max", cfg.PauseMax, "longest broker pause")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "random seed of the schedule")
+	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS; make chaos CLUSTER=1): topics on both brokers, broker faults on broker-a and broker-b in turn")
 	fs.BoolVar(&cfg.NoSweeper, "no-sweeper", false, "run without the sweeper (shows the events it saves as I1 violations)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the run's database and topics")
 	if err := fs.Parse(args); err != nil {
@@ -168,6 +175,26 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
+		for _, k := range cfg.Kinds {
+			if !slices.Contains(allKinds, k) {
+				fmt.Fprintf(stderr, "-kinds: unknown fault kind %q (kinds: %s)\n", k, strings.Join(allKinds, ","))
+				return cfg, flag.ErrHelp
+			}
+		}
+	}
+	if cfg.Cluster {
+		ns := testbed.ClusterNameServer()
+		if ns == "" {
+			fmt.Fprintln(stderr, "-cluster needs TXMSG_CLUSTER_NAMESRV (and TXMSG_CLUSTER_BROKERS unless the default ports); make chaos CLUSTER=1 sets them")
+			return cfg, flag.ErrHelp
+		}
+		cfg.NameServer = ns
+		cfg.Brokers = testbed.ClusterBrokers()
+		if len(cfg.Brokers) < 2 {
+			fmt.Fprintln(stderr, "-cluster: TXMSG_CLUSTER_BROKERS must name two brokers as name=host:port,...")
+			return cfg, flag.ErrHelp
+		}
+		cfg.Broker = cfg.Brokers[0].Addr
 	}
 	return cfg, nil
 }

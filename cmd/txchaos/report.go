@@ -100,15 +100,21 @@ type summary struct {
 	Drained           bool           `json:"drained"`
 	MaxRecoveryMS     int64          `json:"max_recovery_ms"`
 	MaxRecoveryKind   string         `json:"max_recovery_kind,omitempty"`
-	Unrecovered       int            `json:"unrecovered"`
-	DrainMS           int64          `json:"drain_ms"`
-	BrokerExtraCopies int            `json:"broker_extra_copies"`
-	SweptCommitted    int            `json:"swept_committed"`
-	SweeperOnly       int            `json:"sweeper_only"`
-	Restarts          int            `json:"restarts"`
-	DataRaces         int            `json:"data_races"`
-	ElapsedS          int64          `json:"elapsed_s"`
-	OK                bool           `json:"ok"`
+	// BrokerRestartFreshMaxMS and BrokerRestartRecoveryMaxMS are the worst
+	// fresh-work and full recovery after broker-kill-restart, from the
+	// moment the restarted broker takes messages again.
+	BrokerRestartFreshMaxMS    int64 `json:"broker_restart_fresh_max_ms"`
+	BrokerRestartRecoveryMaxMS int64 `json:"broker_restart_recovery_max_ms"`
+	Unrecovered                int   `json:"unrecovered"`
+	DrainMS                    int64 `json:"drain_ms"`
+	BrokerExtraCopies          int   `json:"broker_extra_copies"`
+	KeysMovedBroker            int   `json:"keys_moved_broker,omitempty"`
+	SweptCommitted             int   `json:"swept_committed"`
+	SweeperOnly                int   `json:"sweeper_only"`
+	Restarts                   int   `json:"restarts"`
+	DataRaces                  int   `json:"data_races"`
+	ElapsedS                   int64 `json:"elapsed_s"`
+	OK                         bool  `json:"ok"`
 }
 
 func (r *report) summary() summary {
@@ -120,7 +126,7 @@ func (r *report) summary() summary {
 		Faults: r.faultCounts(), Lost: v.Lost, Phantom: v.Phantom, DuplicateEffects: v.DuplicateEffects,
 		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, HandlerInversions: v.HandlerInversions, Pending: v.Pending, Dead: v.Dead,
 		OutcomeMismatches: v.OutcomeMismatches, Unrecorded: v.Unrecorded, Drained: r.Drained,
-		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, SweptCommitted: r.SweptCommitted,
+		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, KeysMovedBroker: v.KeysMovedBroker, SweptCommitted: r.SweptCommitted,
 		SweeperOnly: v.SweeperOnly,
 		Restarts:    r.Restarts, DataRaces: r.DataRaces, ElapsedS: int64(r.Elapsed.Seconds()), OK: r.OK(),
 	}
@@ -133,6 +139,10 @@ func (r *report) summary() summary {
 	for _, f := range r.Faults {
 		if f.Unrecovered {
 			s.Unrecovered++
+		}
+		if f.Kind == kindBrokerKill && f.Err == "" && !f.Unrecovered {
+			s.BrokerRestartFreshMaxMS = max(s.BrokerRestartFreshMaxMS, f.Fresh.Milliseconds())
+			s.BrokerRestartRecoveryMaxMS = max(s.BrokerRestartRecoveryMaxMS, f.Recovery.Milliseconds())
 		}
 	}
 	return s
@@ -200,6 +210,9 @@ func (r *report) write(w io.Writer) {
 		r.CheckBacks["committed"], r.CheckBacks["rolled_back"], r.CheckBacks["unknown"], r.SweptCommitted, v.SweeperOnly, r.SweptRolledBack)
 	fmt.Fprintf(w, "process restarts: %d; broker extra copies (dropped by the inbox): %d; tx-mode handler order inversions (concurrent consumer, informational): %d\n",
 		r.Restarts, v.BrokerCopies, v.ConsumerOrderInversions)
+	if v.KeysMovedBroker > 0 {
+		fmt.Fprintf(w, "ordered keys stored on both brokers (fail-over re-hashed them; order checked per broker): %d\n", v.KeysMovedBroker)
+	}
 	if r.DataRaces > 0 {
 		fmt.Fprintf(w, "DATA RACES reported by children: %d (see the logs)\n", r.DataRaces)
 	}

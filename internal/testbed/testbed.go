@@ -106,19 +106,90 @@ func RequireBroker(t testing.TB) {
 }
 
 var (
-	adminOnce sync.Once
-	adminCli  admin.Admin
-	adminErr  error
+	adminMu   sync.Mutex
+	adminClis = map[string]admin.Admin{}
 )
 
-// sharedAdmin returns one admin client for the whole test binary. Admin
-// clients are never closed: closing one shuts down the client it shares.
+// sharedAdmin returns one admin client per name server for the whole test
+// binary. Admin clients are never closed: closing one shuts down the
+// client it shares.
 func sharedAdmin() (admin.Admin, error) {
-	adminOnce.Do(func() {
-		rmqlog.Install(slog.Default(), slog.LevelError)
-		adminCli, adminErr = admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{NameServer()})))
-	})
-	return adminCli, adminErr
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	ns := NameServer()
+	if a, ok := adminClis[ns]; ok {
+		return a, nil
+	}
+	rmqlog.Install(slog.Default(), slog.LevelError)
+	a, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{ns})))
+	if err != nil {
+		return nil, err
+	}
+	adminClis[ns] = a
+	return a, nil
+}
+
+// ClusterNameServer returns TXMSG_CLUSTER_NAMESRV: the name server of the
+// two-broker cluster (scripts/rocketmq.sh start --cluster), or "".
+func ClusterNameServer() string { return os.Getenv("TXMSG_CLUSTER_NAMESRV") }
+
+// ClusterBroker is one broker of the cluster.
+type ClusterBroker struct{ Name, Addr string }
+
+// ClusterBrokers returns TXMSG_CLUSTER_BROKERS, name=host:port comma
+// separated (default broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911).
+func ClusterBrokers() []ClusterBroker {
+	var out []ClusterBroker
+	for _, part := range strings.Split(env("TXMSG_CLUSTER_BROKERS", "broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911"), ",") {
+		if name, addr, ok := strings.Cut(strings.TrimSpace(part), "="); ok {
+			out = append(out, ClusterBroker{name, addr})
+		}
+	}
+	return out
+}
+
+// RequireCluster skips t unless TXMSG_CLUSTER_NAMESRV names the cluster's
+// name server (with TXMSG_REQUIRE_CLUSTER=1 it fails instead), checks that
+// it and every broker answer, and points this test and its child processes
+// at the cluster: TXMSG_NAMESRV becomes the cluster's name server and
+// TXMSG_BROKER broker-a, and [Topic] creates topics on every broker. It
+// uses t.Setenv: such tests cannot be parallel.
+func RequireCluster(t *testing.T) []ClusterBroker {
+	t.Helper()
+	ns := ClusterNameServer()
+	if ns == "" {
+		msg := "TXMSG_CLUSTER_NAMESRV is not set: the two-broker cluster tests run with make test-cluster"
+		if os.Getenv("TXMSG_REQUIRE_CLUSTER") == "1" {
+			t.Fatal(msg + " (TXMSG_REQUIRE_CLUSTER=1)")
+		}
+		t.Skip(msg)
+	}
+	brokers := ClusterBrokers()
+	if len(brokers) < 2 {
+		t.Fatalf("TXMSG_CLUSTER_BROKERS must name two brokers as name=host:port,...; got %q", os.Getenv("TXMSG_CLUSTER_BROKERS"))
+	}
+	t.Setenv("TXMSG_NAMESRV", ns)
+	t.Setenv("TXMSG_BROKER", brokers[0].Addr)
+	RequireBroker(t)
+	for _, b := range brokers {
+		if err := dial(b.Addr); err != nil {
+			t.Fatalf("cluster broker %s at %s is not reachable (%v); start the cluster with TXMSG_RMQ_BROKERS=2 scripts/rocketmq.sh start", b.Name, b.Addr, err)
+		}
+	}
+	return brokers
+}
+
+// topicBrokers are the brokers a new topic is created on: every broker of
+// the cluster when the tests run against it, else the test broker.
+func topicBrokers() []string {
+	if ns := ClusterNameServer(); ns != "" && ns == NameServer() {
+		var addrs []string
+		for _, b := range ClusterBrokers() {
+			addrs = append(addrs, b.Addr)
+		}
+		return addrs
+	}
+	return []string{Broker()}
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
@@ -152,8 +223,9 @@ func Topic(t testing.TB) string {
 	return topic
 }
 
-// CreateTopic creates topic on the test broker and waits until the name
-// server returns a route for it.
+// CreateTopic creates topic on the test broker (on every broker of the
+// cluster, see [RequireCluster]) and waits until the name server returns a
+// route for it to each of them.
 func CreateTopic(ctx context.Context, topic string, queues int) error {
 	adm, err := sharedAdmin()
 	if err != nil {
@@ -161,18 +233,29 @@ func CreateTopic(ctx context.Context, topic string, queues int) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = adm.CreateTopic(ctx,
-		admin.WithTopicCreate(topic),
-		admin.WithBrokerAddrCreate(Broker()),
-		admin.WithReadQueueNums(queues),
-		admin.WithWriteQueueNums(queues))
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
+	brokers := topicBrokers()
+	for _, addr := range brokers {
+		err = adm.CreateTopic(ctx,
+			admin.WithTopicCreate(topic),
+			admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(queues),
+			admin.WithWriteQueueNums(queues))
+		if err != nil {
+			return fmt.Errorf("create topic %s on %s: %w", topic, addr, err)
+		}
 	}
 	for {
 		mqs, err := adm.FetchPublishMessageQueues(ctx, topic)
-		if err == nil && len(mqs) > 0 {
+		names := map[string]bool{}
+		for _, mq := range mqs {
+			names[mq.BrokerName] = true
+		}
+		if err == nil && len(names) >= len(brokers) {
 			return nil
+		}
+		if err == nil && len(names) > 0 {
+			// The admin client caches the first route it fetched.
+			return fmt.Errorf("topic %s is routed to %d of %d brokers after creation", topic, len(names), len(brokers))
 		}
 		select {
 		case <-ctx.Done():

@@ -14,7 +14,9 @@
 //     ([CallbackChannel], [InnerProducer], [CheckBackMessage]);
 //   - giving up a consumer's queues before its Shutdown, so that Shutdown
 //     closes no channel a pull still in flight may send on
-//     ([ReleaseQueues]).
+//     ([ReleaseQueues]);
+//   - refreshing routes and heartbeats at once after a broker dropped the
+//     connection or came back ([Refresher]).
 //
 // Every function reports an error (or nil) when the fields or methods it
 // needs are not there, never panics, and the callers degrade to the
@@ -269,6 +271,67 @@ func nameServers(component reflect.Value) (RouteProber, error) {
 	return rp, nil
 }
 
+// heartbeater is the client's heartbeat to every broker it knows.
+type heartbeater interface {
+	SendHeartbeatToAllBrokerWithLock()
+}
+
+// Refresher refreshes, from the name servers, the routes of every topic the
+// client behind a component publishes to or subscribes to, and sends a
+// heartbeat to every broker of those routes: what the client otherwise does
+// every 30 s. For a push consumer it then rebalances.
+type Refresher func()
+
+// ProducerRefresher returns the [Refresher] of a plain producer (the value
+// rmq.NewProducer returned).
+func ProducerRefresher(p any) (r Refresher, err error) {
+	defer guard(&err)
+	parts, err := partsOf(reflect.ValueOf(p))
+	if err != nil {
+		return nil, err
+	}
+	return parts.refresh, nil
+}
+
+// TransactionProducerRefresher is [ProducerRefresher] for a transaction
+// producer.
+func TransactionProducerRefresher(txp any) (r Refresher, err error) {
+	defer guard(&err)
+	dp, err := txInner(txp)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := partsOf(dp)
+	if err != nil {
+		return nil, err
+	}
+	return parts.refresh, nil
+}
+
+func (p producerParts) refresh() {
+	p.client.UpdateTopicRouteInfo()
+	p.client.SendHeartbeatToAllBrokerWithLock()
+}
+
+// ConsumerRefresher is [ProducerRefresher] for a push consumer: route
+// refresh, heartbeat, rebalance.
+func ConsumerRefresher(pc any) (r Refresher, err error) {
+	defer guard(&err)
+	cl, err := consumerClient(pc)
+	if err != nil {
+		return nil, err
+	}
+	hb, ok := cl.(heartbeater)
+	if !ok {
+		return nil, errors.New("client lacks SendHeartbeatToAllBrokerWithLock")
+	}
+	return func() {
+		cl.UpdateTopicRouteInfo()
+		hb.SendHeartbeatToAllBrokerWithLock()
+		cl.RebalanceImmediately()
+	}, nil
+}
+
 // Check reaches every field and method this package uses, on a
 // transaction producer, a plain producer and a push consumer built by the
 // client's constructors (started or not), without calling anything that
@@ -298,6 +361,15 @@ func Check(txp, p, pc any) (err error) {
 		return fmt.Errorf("producer: %w", err)
 	}
 	if _, err := consumerClient(pc); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
+	if _, err := TransactionProducerRefresher(txp); err != nil {
+		return fmt.Errorf("transaction producer: %w", err)
+	}
+	if _, err := ProducerRefresher(p); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	if _, err := ConsumerRefresher(pc); err != nil {
 		return fmt.Errorf("push consumer: %w", err)
 	}
 	if _, err := nameServers(reflect.ValueOf(pc)); err != nil {

@@ -77,6 +77,19 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 		require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 	}
 	require.NotNil(t, ConsumerClientOf(pc))
+	// Refreshers of clients that were never started: nothing is registered
+	// with them, so a refresh has no topic to fetch and no broker to
+	// heartbeat, and must return without touching the network.
+	for _, get := range []func() (Refresher, error){
+		func() (Refresher, error) { return TransactionProducerRefresher(txp) },
+		func() (Refresher, error) { return ProducerRefresher(p) },
+		func() (Refresher, error) { return ConsumerRefresher(pc) },
+	} {
+		r, err := get()
+		require.NoError(t, err)
+		require.NotNil(t, r)
+		r()
+	}
 
 	// Check-backs: the channel of a plain producer and of a transaction
 	// producer's inner one, and the inner producer itself.
@@ -107,6 +120,9 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 	require.NoError(t, err, "pull consumer")
 	rp, err := NameServers(pull)
 	require.NoError(t, err, "pull consumer")
+	r, err := ConsumerRefresher(pull)
+	require.NoError(t, err, "pull consumer")
+	r()
 	require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 
 	// Releasing queues, on both kinds of consumer: the table, the paused
@@ -144,6 +160,8 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		require.Error(t, err)
 		_, err = TransactionProducerNameServers(v)
 		require.Error(t, err)
+		_, err = TransactionProducerRefresher(v)
+		require.Error(t, err)
 		require.Error(t, Check(v, p, pc))
 	}
 	for _, v := range []any{nil, "x", &struct{ client int }{}} {
@@ -152,6 +170,10 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		require.Error(t, err)
 		require.Nil(t, ConsumerClientOf(v))
 		_, err = ReleaseQueues(v)
+		require.Error(t, err)
+		_, err = ProducerRefresher(v)
+		require.Error(t, err)
+		_, err = ConsumerRefresher(v)
 		require.Error(t, err)
 	}
 	require.Nil(t, ConsumerClientOf(p), "a producer is no push consumer")

@@ -9,6 +9,12 @@
 //
 //	go run ./internal/testbed/cmd/rmqready -namesrv 127.0.0.1:9876 -timeout 120s
 //
+// With -brokers (a cluster: name=host:port,...), ready means more: the probe
+// topic is created on every listed broker, the name server routes it to
+// each of them, and one message is sent to a queue of each:
+//
+//	rmqready -namesrv 127.0.0.1:29876 -brokers broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911
+//
 // Exit status: 0 when a message was sent, 1 when the deadline passed, 2 on bad flags.
 package main
 
@@ -21,6 +27,7 @@ import (
 	"time"
 
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
@@ -32,7 +39,13 @@ func main() {
 	timeout := flag.Duration("timeout", 120*time.Second, "give up after this long")
 	interval := flag.Duration("interval", time.Second, "pause between attempts")
 	quiet := flag.Bool("q", false, "print nothing on success")
+	brokerList := flag.String("brokers", "", "cluster brokers, name=host:port comma separated: each must take a message")
 	flag.Parse()
+	brokers, err := parseBrokers(*brokerList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmqready:", err)
+		os.Exit(2)
+	}
 
 	addrs := splitAddrs(*namesrv)
 	if len(addrs) == 0 || *timeout <= 0 {
@@ -47,6 +60,9 @@ func main() {
 	lastReport := start
 	for attempt := 1; ; attempt++ {
 		lastErr = probe(addrs, *topic, minDur(5*time.Second, time.Until(deadline)))
+		if lastErr == nil && len(brokers) > 0 {
+			lastErr = probeBrokers(addrs, *topic, brokers, minDur(5*time.Second, time.Until(deadline)))
+		}
 		if lastErr == nil {
 			if !*quiet {
 				fmt.Printf("rmqready: RocketMQ at %s accepted a message on %s after %s (%d attempt(s))\n",
@@ -124,4 +140,77 @@ func minDur(a, b time.Duration) time.Duration {
 		return a
 	}
 	return b
+}
+
+type broker struct{ name, addr string }
+
+func parseBrokers(s string) ([]broker, error) {
+	var out []broker
+	for _, part := range splitAddrs(s) {
+		name, addr, ok := strings.Cut(part, "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("-brokers: %q is not name=host:port", part)
+		}
+		out = append(out, broker{name, addr})
+	}
+	return out, nil
+}
+
+var (
+	adm    admin.Admin
+	admErr error
+)
+
+// probeBrokers creates topic on every broker and fails unless the name
+// server routes topic to each broker and each takes a message on its first
+// queue.
+func probeBrokers(addrs []string, topic string, brokers []broker, timeout time.Duration) error {
+	if timeout < time.Second {
+		timeout = time.Second
+	}
+	if adm == nil && admErr == nil {
+		// One admin client for the process: closing one shuts down the
+		// client it shares.
+		adm, admErr = admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(addrs)))
+	}
+	if admErr != nil {
+		return fmt.Errorf("admin client: %w", admErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, b := range brokers {
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(b.addr),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			return fmt.Errorf("%s (%s): create topic: %w", b.name, b.addr, err)
+		}
+	}
+	p, err := rocketmq.NewProducer(
+		producer.WithNsResolver(primitive.NewPassthroughResolver(addrs)),
+		producer.WithGroupName("TXMSG_READY_PRODUCER"),
+		producer.WithInstanceName(fmt.Sprintf("rmqready-b-%d-%d", os.Getpid(), time.Now().UnixNano())),
+		producer.WithRetry(0),
+		producer.WithSendMsgTimeout(timeout),
+		producer.WithQueueSelector(producer.NewManualQueueSelector()),
+	)
+	if err != nil {
+		return fmt.Errorf("new producer: %w", err)
+	}
+	if err := p.Start(); err != nil {
+		return fmt.Errorf("start producer: %w", err)
+	}
+	defer p.Shutdown()
+	for _, b := range brokers {
+		// A fresh producer fetches the route from the name server: the
+		// send fails unless it routes topic to this broker.
+		msg := primitive.NewMessage(topic, []byte("ready "+b.name))
+		msg.Queue = &primitive.MessageQueue{Topic: topic, BrokerName: b.name, QueueId: 0}
+		res, err := p.SendSync(ctx, msg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		if res.Status != primitive.SendOK {
+			return fmt.Errorf("%s: send status %d", b.name, res.Status)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,169 @@
+package txrmq
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
+)
+
+// reconnector brings a client back in seconds after a broker restart.
+//
+// Left alone, the client learns of a broker that came back from its 30 s
+// route refresh, and the broker learns of the client (its producer group,
+// whose check-backs it sends; its consumer group, whose pulls it serves)
+// from the client's 30 s heartbeat: after a broker restart work stopped
+// for about 25 s. The reconnector refreshes routes and heartbeats at once
+// when
+//
+//   - a send failed (kick): the route is fetched again, so with several
+//     brokers a broker that is gone leaves the route and sends go to the
+//     others; and
+//   - a broker of the client's topics that did not accept connections
+//     accepts them again: it watches each one with a TCP connect per
+//     interval.
+//
+// A broker accepts connections some seconds before it has registered with
+// the name server and can take a heartbeat, so a return is followed by
+// followUps more refreshes, one per minGap. Refreshes run in the
+// reconnector's own goroutine, at most one per minGap.
+type reconnector struct {
+	log     *slog.Logger
+	prober  clientinternals.RouteProber
+	refresh clientinternals.Refresher
+	topics  []string
+
+	interval, minGap, namesEvery time.Duration
+	followUps                    int
+
+	kickCh chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+const (
+	reconnectInterval = 500 * time.Millisecond
+	reconnectMinGap   = time.Second
+	reconnectNames    = 10 * time.Second
+	// reconnectFollowUps covers a broker's start-up after its port opens
+	// (5 to 15 s on the test machine).
+	reconnectFollowUps = 15
+)
+
+// newReconnector returns nil (a no-op) when the client's internals cannot
+// be reached: the client then recovers on its own schedule.
+func newReconnector(log *slog.Logger, topics []string, prober clientinternals.RouteProber, refresh clientinternals.Refresher) *reconnector {
+	if prober == nil || refresh == nil {
+		return nil
+	}
+	return &reconnector{
+		log: log, prober: prober, refresh: refresh, topics: topics,
+		interval: reconnectInterval, minGap: reconnectMinGap, namesEvery: reconnectNames, followUps: reconnectFollowUps,
+		kickCh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+func (r *reconnector) start() {
+	if r == nil {
+		return
+	}
+	go r.run()
+}
+
+// kick asks for a refresh after a failed send. It never blocks.
+func (r *reconnector) kick() {
+	if r == nil {
+		return
+	}
+	select {
+	case r.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the watcher and waits for a refresh in progress.
+func (r *reconnector) close() {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() { close(r.stop) })
+	<-r.done
+}
+
+func (r *reconnector) run() {
+	defer close(r.done)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	brokers := map[string]bool{} // broker name → unreachable at the last look
+	addrs := map[string]string{} // broker name → master address, looked up with the names
+	var lastNames, lastRefresh time.Time
+	pending := false
+	more := 0 // follow-up refreshes still due after a broker's return
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.kickCh:
+			pending = true
+		case <-t.C:
+		}
+		if time.Since(lastNames) >= r.namesEvery {
+			lastNames = time.Now()
+			// Names only accumulate: a broker that is down leaves the
+			// name server's routes, and it is its return that matters.
+			for _, topic := range r.topics {
+				mqs, err := r.prober.FetchSubscribeMessageQueues(topic)
+				if err != nil {
+					continue
+				}
+				for _, mq := range mqs {
+					if _, ok := brokers[mq.BrokerName]; !ok {
+						brokers[mq.BrokerName] = false
+					}
+				}
+			}
+			// Looked up here, not on every tick: the pinned client reads
+			// its broker table without the lock its own cleanup of
+			// offline brokers takes.
+			for name := range brokers {
+				if addr := r.prober.FindBrokerAddrByName(name); addr != "" {
+					addrs[name] = addr
+				}
+			}
+		}
+		for name, wasDown := range brokers {
+			addr := addrs[name]
+			if addr == "" {
+				continue
+			}
+			up := reachable(addr, r.interval)
+			brokers[name] = !up
+			if up && wasDown {
+				r.log.Info("broker reachable again; refreshing routes and heartbeat now", "broker", name, "addr", addr)
+				pending = true
+				more = r.followUps
+			}
+		}
+		if !pending && more > 0 && time.Since(lastRefresh) >= r.minGap {
+			pending = true
+			more--
+		}
+		if pending && time.Since(lastRefresh) >= r.minGap {
+			pending = false
+			lastRefresh = time.Now()
+			r.refresh()
+		}
+	}
+}
+
+func reachable(addr string, timeout time.Duration) bool {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}

@@ -1,0 +1,58 @@
+package txrmq
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeProber routes topic "t" to broker "b" at addr: the route part is
+// pure logic; the broker's reachability is a real listening socket.
+type fakeProber struct{ addr string }
+
+func (f fakeProber) FetchSubscribeMessageQueues(topic string) ([]*primitive.MessageQueue, error) {
+	return []*primitive.MessageQueue{{Topic: topic, BrokerName: "b"}}, nil
+}
+func (f fakeProber) FindBrokerAddrByName(string) string { return f.addr }
+
+// TestReconnectorRefreshesWhenABrokerComesBackAndOnKick: a broker that
+// stops accepting connections and accepts them again triggers a refresh
+// without any send; a failed send (kick) triggers one too.
+func TestReconnectorRefreshesWhenABrokerComesBackAndOnKick(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	var n atomic.Int32
+	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"t"}, fakeProber{addr}, func() { n.Add(1) })
+	r.interval, r.minGap, r.followUps = 50*time.Millisecond, 50*time.Millisecond, 2
+	r.start()
+	defer r.close()
+
+	r.kick()
+	require.Eventually(t, func() bool { return n.Load() == 1 }, 10*time.Second, 10*time.Millisecond, "a kick refreshes")
+
+	require.NoError(t, ln.Close()) // the broker goes away
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, int32(1), n.Load(), "an unreachable broker alone does not refresh")
+	ln, err = net.Listen("tcp", addr) // and comes back on the same address
+	require.NoError(t, err)
+	defer ln.Close()
+	require.Eventually(t, func() bool { return n.Load() >= 2 }, 10*time.Second, 10*time.Millisecond, "its return refreshes")
+	require.Eventually(t, func() bool { return n.Load() == 4 }, 10*time.Second, 10*time.Millisecond, "and so do the follow-ups")
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, int32(4), n.Load(), "no more than the follow-ups")
+}
+
+func TestReconnectorNilIsANoOp(t *testing.T) {
+	var r *reconnector
+	r.start()
+	r.kick()
+	r.close()
+	require.Nil(t, newReconnector(slog.Default(), nil, nil, nil))
+}
