@@ -55,7 +55,7 @@ func TestPropertiesPassValidation(t *testing.T) {
 	require.NoError(t, err)
 	ctx = trace.ContextWithSpanContext(ctx, root.SpanContext().WithTraceState(ts))
 
-	msg := &txmsg.Message{Topic: "orders", Tag: "created", Keys: []string{"o-1"}}
+	msg := &txmsg.Message{Topic: "orders", Tag: "created", Keys: []string{"o-1"}, Body: []byte(`{}`)}
 	txmsg.Hooks{tr}.BeforeSend(ctx, msg)
 	require.NotEmpty(t, msg.ID, "the ID is assigned early so the span carries it")
 	require.NoError(t, msg.Validate(0))
