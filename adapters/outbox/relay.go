@@ -153,7 +153,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Info("relay recovered", "failures", failures)
 			failures = 0
 		}
-		r.trackOutage()
+		r.trackOutage(ctx)
 		if res.more {
 			continue
 		}
@@ -168,9 +168,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // trackOutage updates the relay's view of a broker outage after a cycle:
 // a cycle whose publishes only waited for the broker extends it (and the
-// backoff of the rows that wait), one that published and waited for
-// nothing ends it.
-func (r *Relay) trackOutage() {
+// backoff of the rows that wait); one that published and waited for
+// nothing ends it, and so does one that tried nothing while no row of the
+// table waits for the broker any more (another relay may have published
+// them, or taken this relay's buckets).
+func (r *Relay) trackOutage(ctx context.Context) {
 	c := r.cycle
 	switch {
 	case c.waiting > 0 && c.sent == 0:
@@ -180,11 +182,22 @@ func (r *Relay) trackOutage() {
 		}
 		r.outage.streak++
 		r.unavailable.Store(&outageState{since: r.outage.since, waiting: c.waiting, err: c.err.Error()})
-	case c.sent > 0 && c.waiting == 0 && r.outage.streak > 0:
+	case c.waiting == 0 && r.outage.streak > 0 && (c.sent > 0 || !r.rowsWaiting(ctx)):
 		r.log.Info("broker available again", "unavailable_for", time.Since(r.outage.since).Round(time.Millisecond))
 		r.outage.streak = 0
 		r.unavailable.Store(nil)
 	}
+}
+
+// rowsWaiting reports whether a pending row of the table waits for the
+// broker; on a database error it says yes, so that Health keeps the
+// outage it knows of.
+func (r *Relay) rowsWaiting(ctx context.Context) bool {
+	var ids []int64
+	err := r.db.WithContext(ctx).Table(r.cfg.Table).
+		Where("status = ? AND last_error LIKE ?", StatusPending, waitingPrefix+"%").
+		Limit(1).Pluck("id", &ids).Error
+	return err != nil || len(ids) > 0
 }
 
 // cycleResult tells Run when to look again.
