@@ -192,8 +192,9 @@ func TestRelayMemoryChild(t *testing.T) {
 		defer close(done)
 		_ = r.Run(ctx)
 	}()
-	stopSampling := make(chan struct{})
+	stopSampling, samplerDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(samplerDone)
 		tk := time.NewTicker(10 * time.Millisecond)
 		defer tk.Stop()
 		for {
@@ -218,6 +219,7 @@ func TestRelayMemoryChild(t *testing.T) {
 	cancel()
 	<-done
 	close(stopSampling)
+	<-samplerDone
 	sample()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
