@@ -220,8 +220,8 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	add("o5", modeOutbox, "c", 1)
 	s.Outbox["o5"] = outbox.StatusPending
 	// I6: a dead outbox row.
-	add("o6", modeOutbox, "d", 1)
-	s.Outbox["o6"] = outbox.StatusDead
+	add("o8", modeOutbox, "e", 1)
+	s.Outbox["o8"] = outbox.StatusDead
 	// Outcome: reported committed, no order row.
 	s.Attempts["t5"] = &attempt{ID: "t5", Mode: modeTx, Outcome: outcomeCommitted}
 
