@@ -286,7 +286,7 @@ func TestAsManyRelaysAsBuckets(t *testing.T) {
 			}
 		}
 		return true
-	}, time.Minute, 100*time.Millisecond) {
+	}, 2*time.Minute, 100*time.Millisecond) {
 		t.Fatalf("not one bucket each: %v", last)
 	}
 }
