@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +91,22 @@ func TestLatencyPercentiles(t *testing.T) {
 	require.InDelta(t, 99, l.pct(99), 0.001)
 	require.InDelta(t, 100, l.pct(100), 0.001)
 	require.Zero(t, latencies(nil).pct(99))
+}
+
+func TestScaleFiguresInTable(t *testing.T) {
+	r := newResults()
+	for n, v := range map[int][2]float64{1: {900, 1000}, 4: {2400, 1200}, 32: {2000, 2500}} {
+		r.extra[fmt.Sprintf("scale_relays_%d_msgs_per_s", n)] = v[0]
+		r.extra[fmt.Sprintf("scale_ratio_relay_raw_%d", n)] = v[0] / v[1]
+		r.extra[fmt.Sprintf("scale_ratio_vs_best_%d", n)] = v[0] / 2400
+	}
+	r.extra["scale_best_relays"] = 4
+	var out strings.Builder
+	require.NoError(t, r.writeTable(&out))
+	s := out.String()
+	require.Regexp(t, `scale_best_relays\s+4`, s)
+	require.Regexp(t, `scale_ratio_relay_raw_1\s+0\.900\s+≥ 1  MISSED`, s)
+	require.Regexp(t, `scale_ratio_relay_raw_4\s+2\.000\s+≥ 1  met`, s)
+	require.Regexp(t, `scale_ratio_vs_best_32\s+0\.833\s+≥ 0\.9  MISSED`, s)
+	require.NotRegexp(t, `scale_ratio_vs_best_1\s+\S+\s+≥`, s)
 }
