@@ -30,14 +30,14 @@ type bench struct {
 
 func (b *bench) phase(ctx context.Context, p string) error {
 	switch p {
-	case "b0":
-		return b.runB0(ctx)
-	case "b1":
-		return b.runB1(ctx)
-	case "b2":
-		return b.runB2(ctx)
-	case "b3":
-		return b.runB3(ctx)
+	case "b0", "b0r":
+		return b.runB0(ctx, b.workload(p))
+	case "b1", "b1r":
+		return b.runB1(ctx, b.workload(p))
+	case "b2", "b2r":
+		return b.runB2(ctx, b.workload(p))
+	case "b3", "b3r":
+		return b.runB3(ctx, b.workload(p))
 	case "b4":
 		return b.runB4(ctx)
 	case "b5":
@@ -50,14 +50,6 @@ func (b *bench) phase(ctx context.Context, p string) error {
 		return b.runB8(ctx)
 	case "cost":
 		return b.runCost(ctx)
-	case "b0r":
-		return b.runB0r(ctx)
-	case "b1r":
-		return b.runB1r(ctx)
-	case "b2r":
-		return b.runB2r(ctx)
-	case "b3r":
-		return b.runB3r(ctx)
 	case "scale":
 		return b.runScale(ctx)
 	}
@@ -106,20 +98,44 @@ func (b *bench) businessSpec(name string) loadSpec {
 	return loadSpec{name: name, workers: b.cfg.Workers, warmup: b.cfg.Warmup, duration: b.cfg.Duration, count: b.cfg.Count}
 }
 
+// workload is the business transaction of a phase: the minimal one (B0-B3,
+// one INSERT) or the realistic one (B0r-B3r, five statements).
+type workload struct {
+	suffix string // "" or "r", appended to the phase names
+	tables func(ctx context.Context) error
+	write  func(o *order) func(ctx context.Context, tx *gorm.DB) error
+}
+
+// workload returns the business transaction of phase p ("b0" ... "b3r").
+func (b *bench) workload(p string) workload {
+	if strings.HasSuffix(p, "r") {
+		return workload{suffix: "r", tables: b.realisticTables, write: realisticWrite}
+	}
+	return workload{tables: b.ordersTable, write: minimalWrite}
+}
+
+// minimalWrite is the business function of B0-B3: the order row alone.
+func minimalWrite(o *order) func(ctx context.Context, tx *gorm.DB) error {
+	return func(_ context.Context, tx *gorm.DB) error { return tx.Create(o).Error }
+}
+
+// phase names phase base ("B0") with w's suffix: "B0" or "B0r".
+func (w workload) phase(base string) string { return base + w.suffix }
+
 // runB0: the business transaction alone.
-func (b *bench) runB0(ctx context.Context) error {
-	if err := b.ordersTable(ctx); err != nil {
+func (b *bench) runB0(ctx context.Context, w workload) error {
+	if err := w.tables(ctx); err != nil {
 		return err
 	}
 	db := b.env.db
-	res, err := closedLoop(ctx, b.progress, b.businessSpec("B0"), func(ctx context.Context, seq int64) error {
+	res, err := closedLoop(ctx, b.progress, b.businessSpec(w.phase("B0")), func(ctx context.Context, seq int64) error {
 		o, _ := newOrder(seq)
-		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return tx.Create(o).Error })
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(o)(ctx, tx) })
 	})
 	if err != nil {
 		return err
 	}
-	b.res.load("b0", res)
+	b.res.load(strings.ToLower(w.phase("b0")), res)
 	return nil
 }
 
@@ -156,23 +172,24 @@ func sendRaw(ctx context.Context, p rmq.Producer, m *primitive.Message) error {
 // runB1: the naive, unsafe way: commit, then send with the raw client. A
 // crash between the two loses the event; the phase measures what that
 // shortcut costs, as the baseline of B2.
-func (b *bench) runB1(ctx context.Context) error {
-	if err := b.ordersTable(ctx); err != nil {
+func (b *bench) runB1(ctx context.Context, w workload) error {
+	if err := w.tables(ctx); err != nil {
 		return err
 	}
-	topic, err := b.env.topic(ctx, "b1")
+	id := strings.ToLower(w.phase("b1"))
+	topic, err := b.env.topic(ctx, id)
 	if err != nil {
 		return err
 	}
-	p, err := b.rawProducer("b1")
+	p, err := b.rawProducer(id)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = p.Shutdown() }()
 	db := b.env.db
-	res, err := closedLoop(ctx, b.progress, b.businessSpec("B1"), func(ctx context.Context, seq int64) error {
+	res, err := closedLoop(ctx, b.progress, b.businessSpec(w.phase("B1")), func(ctx context.Context, seq int64) error {
 		o, evt := newOrder(seq)
-		if err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return tx.Create(o).Error }); err != nil {
+		if err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(o)(ctx, tx) }); err != nil {
 			return err
 		}
 		body, err := json.Marshal(evt)
@@ -186,17 +203,18 @@ func (b *bench) runB1(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.res.load("b1", res)
+	b.res.load(id, res)
 	return nil
 }
 
 // runB2: txmsg's transactional mode: half message, local transaction with
-// the barrier row and the order, END_TRANSACTION.
-func (b *bench) runB2(ctx context.Context) error {
-	if err := b.ordersTable(ctx); err != nil {
+// the barrier row and the business write, END_TRANSACTION.
+func (b *bench) runB2(ctx context.Context, w workload) error {
+	if err := w.tables(ctx); err != nil {
 		return err
 	}
-	topic, err := b.env.topic(ctx, "b2")
+	id := strings.ToLower(w.phase("b2"))
+	topic, err := b.env.topic(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -208,7 +226,7 @@ func (b *bench) runB2(ctx context.Context) error {
 		return err
 	}
 	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b2"), Logger: b.log},
+		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group(id), Logger: b.log},
 		Topics: []string{topic},
 	}, b.env.db, chk)
 	if err != nil {
@@ -218,43 +236,45 @@ func (b *bench) runB2(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = tr.Close(context.WithoutCancel(ctx)) }()
-	return b.sendOrders(ctx, "B2", tr, topic)
+	return b.sendOrders(ctx, w, "B2", tr, topic)
 }
 
 // sendOrders runs one business phase through a Transactor: each operation
-// writes an order and sends its OrderCreated with txmsg.Producer.Send.
-func (b *bench) sendOrders(ctx context.Context, phase string, tr txmsg.Transactor, topic string) error {
+// runs w's business write and sends its OrderCreated with
+// txmsg.Producer.Send.
+func (b *bench) sendOrders(ctx context.Context, w workload, base string, tr txmsg.Transactor, topic string) error {
 	orders, err := txmsg.NewProducer(tr, txmsg.Topic[OrderCreated]{Name: topic})
 	if err != nil {
 		return err
 	}
-	res, err := closedLoop(ctx, b.progress, b.businessSpec(phase), func(ctx context.Context, seq int64) error {
+	res, err := closedLoop(ctx, b.progress, b.businessSpec(w.phase(base)), func(ctx context.Context, seq int64) error {
 		o, evt := newOrder(seq)
-		_, err := orders.Send(ctx, evt, func(ctx context.Context, tx *gorm.DB) error { return tx.Create(o).Error },
-			txmsg.WithKeys(o.OrderNo))
+		_, err := orders.Send(ctx, evt, w.write(o), txmsg.WithKeys(o.OrderNo))
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	b.res.load(strings.ToLower(phase), res)
+	b.res.load(strings.ToLower(w.phase(base)), res)
 	return nil
 }
 
-// runB3: local-table mode, enqueue side only: the order and its outbox row
-// in one transaction. No relay runs, so the outbox grows by the phase's
-// rows; B5 measures the relay side.
-func (b *bench) runB3(ctx context.Context) error {
-	if err := b.ordersTable(ctx); err != nil {
+// runB3: local-table mode, enqueue side only: the business write and its
+// outbox row in one transaction. No relay runs, so the outbox grows by the
+// phase's rows; B5 measures the relay side.
+func (b *bench) runB3(ctx context.Context, w workload) error {
+	if err := w.tables(ctx); err != nil {
 		return err
 	}
-	ob, err := outbox.New(b.env.db, outbox.Config{Table: "outbox_b3", Logger: b.log})
+	id := strings.ToLower(w.phase("b3"))
+	table := "outbox_" + id
+	ob, err := outbox.New(b.env.db, outbox.Config{Table: table, Logger: b.log})
 	if err != nil {
 		return err
 	}
 	if err := ob.Migrate(ctx); err != nil {
 		return err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3", "outbox_b3_lease")
-	return b.sendOrders(ctx, "B3", ob, "txbench_"+b.env.runID+"_b3")
+	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease")
+	return b.sendOrders(ctx, w, "B3", ob, "txbench_"+b.env.runID+"_"+id)
 }
