@@ -145,6 +145,11 @@ func (c *Checker) DB() *gorm.DB { return c.db }
 // Table returns the barrier table name.
 func (c *Checker) Table() string { return c.cfg.Table }
 
+// CheckWindow returns the broker's whole check window the checker was
+// configured with ([Config.CheckWindow], after defaults): no check-back
+// comes for a half message older than this, and Purge keeps younger rows.
+func (c *Checker) CheckWindow() time.Duration { return c.cfg.CheckWindow }
+
 // HorizonTable returns the name of the table where Purge records its
 // horizon: the barrier table's name + "_horizon".
 func (c *Checker) HorizonTable() string { return c.cfg.Table + horizonSuffix }

@@ -33,6 +33,12 @@ func TestNewValidates(t *testing.T) {
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	_, err = checker.New(db, checker.Config{ResolveTimeout: -time.Second})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	require.Equal(t, checker.DefaultCheckWindow, chk.CheckWindow())
+	chk, err = checker.New(db, checker.Config{CheckWindow: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, chk.CheckWindow())
 }
 
 func TestResolveCommitted(t *testing.T) {

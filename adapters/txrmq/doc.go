@@ -7,7 +7,8 @@
 //   - [Transactional], the transactional-mode [txmsg.Transactor]: it sends
 //     a half message, runs the local transaction with a barrier row
 //     ([checker.Checker.Begin]) and commits or rolls the message back; the
-//     broker's check-backs are answered from the barrier table alone;
+//     broker's check-backs are answered from the barrier table, or, for a
+//     transaction it has just finished, from its outcome cache;
 //   - [Sweeper], which publishes the committed transactions whose half
 //     messages the broker discarded after its last check-back, while the
 //     database could not answer;

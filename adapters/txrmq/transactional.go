@@ -35,12 +35,61 @@ type TransactionalConfig struct {
 	// UNKNOWN at once and the broker asks again later, so check-backs never
 	// pile up in memory. Default [DefaultCheckBackQueue].
 	CheckBackQueue int
+	// CheckBackCacheSize bounds the outcome cache: how many of this
+	// producer's latest transactions it remembers the outcome of, to
+	// answer their check-backs without the database (while it is down,
+	// too). Default [DefaultCheckBackCacheSize]; negative turns the cache
+	// off, and every check-back reads the barrier. An entry takes about
+	// 160 bytes with a UUIDv7 ID (16 MB at the default size). See
+	// [Transactional] for what the cache answers.
+	CheckBackCacheSize int
+	// CheckBackCacheAge is how long an outcome stays in the cache.
+	// Default [DefaultCheckBackCacheAge] (5 minutes), or the checker's
+	// CheckWindow when that is shorter; it may not exceed the checker's
+	// CheckWindow (the broker asks nothing after its check window).
+	// Negative turns the cache off.
+	CheckBackCacheAge time.Duration
+}
+
+// cache validates and defaults the outcome cache's settings against the
+// checker's check window; size 0 means the cache is off.
+func (c *TransactionalConfig) cache(window time.Duration) (int, time.Duration, error) {
+	if c.CheckBackCacheSize < 0 || c.CheckBackCacheAge < 0 {
+		return 0, 0, nil
+	}
+	size, age := c.CheckBackCacheSize, c.CheckBackCacheAge
+	if size == 0 {
+		size = DefaultCheckBackCacheSize
+	}
+	if age == 0 {
+		age = min(DefaultCheckBackCacheAge, window)
+	}
+	if age > window {
+		return 0, 0, fmt.Errorf("%w: transactional producer: CheckBackCacheAge %s exceeds the checker's CheckWindow %s; "+
+			"the broker asks nothing after its check window", txmsg.ErrInvalidConfig, age, window)
+	}
+	return size, age, nil
 }
 
 // Transactional is the transactional-mode [txmsg.Transactor]: it sends a
 // half message, runs the local transaction with a barrier row, then commits
 // or rolls the message back. The broker's check-backs are answered by the
-// [checker.Checker] from the database alone.
+// [checker.Checker] from the barrier table, or, for a transaction this
+// producer ran, from its outcome cache.
+//
+// The outcome cache: when a local transaction's outcome is definite (its
+// COMMIT succeeded, or it rolled back: the local function failed or
+// panicked, or the barrier insert failed), the Transactional remembers it
+// for the half message that transaction belongs to. A check-back for that
+// very half message is answered COMMIT or ROLLBACK from memory, at once
+// and whether or not the database is reachable. An outcome is never
+// remembered when COMMIT's result was lost ([txmsg.ErrOutcomeUnknown]),
+// and nothing else is answered from memory: a check-back for a
+// transaction still running here answers UNKNOWN first, and one for any
+// other half message, including an earlier or later one that reused the
+// same ID, reads the barrier, which writes the fencing rolled_back row for
+// an ID it has never seen. Sized by [TransactionalConfig.CheckBackCacheSize]
+// and CheckBackCacheAge.
 type Transactional struct {
 	cfg  TransactionalConfig
 	db   *gorm.DB
@@ -51,6 +100,8 @@ type Transactional struct {
 
 	calls sync.Map // txmsg ID → *call
 	cb    *checkBacks
+	// outcomes is the outcome cache; nil when it is off.
+	outcomes *outcomeCache
 
 	mu      sync.RWMutex
 	started bool
@@ -67,7 +118,10 @@ type call struct {
 	start time.Time
 	local txmsg.LocalTx
 	id    string
-	ran   bool
+	// half is the half message's unique key (UNIQ_KEY), which the broker
+	// sends back with its check-backs.
+	half string
+	ran  bool
 	// holding is set once this process's local transaction holds the
 	// barrier row, and stays set until Transact returns, after its own
 	// END_TRANSACTION was sent.
@@ -107,6 +161,10 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
 		}
 	}
+	cacheSize, cacheAge, err := cfg.cache(chk.CheckWindow())
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sameDatabaseTimeout)
 	err = chk.CheckSameDatabase(ctx, db)
 	cancel()
@@ -122,7 +180,8 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
-	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group)}
+	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
+		outcomes: newOutcomeCache(cacheSize, cacheAge)}
 	t.cb = newCheckBacks(t.log, cfg.Hooks, limits, t.resolve)
 	prod, err := newCheckBackProducer(&cfg.Config, "tx", t.cb, listener{t})
 	if err != nil {
@@ -248,6 +307,10 @@ func (t *Transactional) runLocal(c *call) {
 	t.cfg.Hooks.HalfSent(c.ctx, c.msg, nil, time.Since(c.start))
 	localStart := time.Now()
 	defer func() {
+		// A definite outcome is remembered for check-backs of this half
+		// message; an unknown one drops whatever an earlier use of the ID
+		// left, so the barrier decides.
+		t.outcomes.record(c.id, c.half, c.state)
 		took := time.Since(localStart)
 		if t.log.Enabled(c.ctx, slog.LevelDebug) {
 			t.log.Debug("local transaction done", "txmsg_id", c.id, "topic", c.msg.Topic, "state", c.state.String(), "took", took, "err", c.err)
@@ -279,19 +342,111 @@ func (t *Transactional) runLocal(c *call) {
 	c.state = txmsg.StateCommitted
 }
 
-// resolve answers one check-back from the barrier table.
+// resolve answers one check-back: UNKNOWN for a transaction still running
+// here, from the outcome cache for a half message whose local transaction
+// ended here, otherwise from the barrier table.
 func (t *Transactional) resolve(ctx context.Context, ext *primitive.MessageExt) primitive.LocalTransactionState {
 	id := ext.GetProperty(txmsg.PropertyID)
-	if v, ok := t.calls.Load(id); ok && id != "" && v.(*call).holding.Load() {
-		// The local transaction runs, or has just ended, in this process,
-		// which sends its own END_TRANSACTION. Waiting on its barrier row
-		// would hold a worker, and a COMMIT answered here as well would
-		// make the broker deliver the message twice.
-		t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
-		t.cfg.Hooks.CheckBack(id, ext.Topic, txmsg.StateUnknown, nil, 0)
+	if t.runningHere(id, ext.Topic) {
 		return primitive.UnkonwnState
 	}
+	if state, ok := t.fromCache(id, halfKey(ext), ext.Topic); ok {
+		return toPrimitiveState(state)
+	}
 	return resolveFromBarrier(ctx, t.chk, t.log, t.cfg.Hooks, ext)
+}
+
+// runningHere reports, and tells the hooks, that id's local transaction
+// runs, or has just ended, in this process, which sends its own
+// END_TRANSACTION. Waiting on its barrier row would hold a worker, and a
+// COMMIT answered here as well would make the broker deliver the message
+// twice.
+func (t *Transactional) runningHere(id, topic string) bool {
+	v, ok := t.calls.Load(id)
+	if !ok || id == "" || !v.(*call).holding.Load() {
+		return false
+	}
+	t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
+	t.cfg.Hooks.CheckBack(id, topic, txmsg.StateUnknown, nil, 0)
+	return true
+}
+
+// fromCache answers from the outcome cache, and tells the hooks, when it
+// holds the outcome of half's local transaction.
+func (t *Transactional) fromCache(id, half, topic string) (txmsg.LocalState, bool) {
+	if t.outcomes == nil || id == "" {
+		return txmsg.StateUnknown, false
+	}
+	start := time.Now()
+	state, ok := t.outcomes.lookup(id, half)
+	if !ok {
+		return txmsg.StateUnknown, false
+	}
+	t.cfg.Hooks.CheckBack(id, topic, state, nil, time.Since(start))
+	if t.log.Enabled(context.Background(), slog.LevelDebug) {
+		t.log.Debug("check-back answered from the outcome cache", "txmsg_id", id, "topic", topic, "state", state.String())
+	}
+	return state, true
+}
+
+// halfKey is the unique key of the half message a check-back is about.
+func halfKey(ext *primitive.MessageExt) string {
+	if k := ext.GetProperty(primitive.PropertyUniqueClientMessageIdKeyIndex); k != "" {
+		return k
+	}
+	return ext.TransactionId
+}
+
+// ResolveCheckBack answers a check-back for the half message with txmsg
+// ID txID and broker message ID brokerMessageID ([txmsg.Receipt]'s
+// BrokerMessageID) the way this producer answers the broker's: UNKNOWN
+// with a nil error while the transaction is still running in this process;
+// from the outcome cache when it holds that half message's outcome;
+// otherwise from the barrier through [checker.Checker.Resolve], which, for
+// an ID the barrier has never seen, writes the rolled_back row that keeps
+// the ID from ever committing. The answer goes to the CheckBack hooks.
+// Nothing is sent to the broker.
+//
+// The broker's check-backs need no call: Start answers them. This is for
+// tools and benchmarks that measure or inspect the answer path.
+func (t *Transactional) ResolveCheckBack(ctx context.Context, txID, brokerMessageID string) (txmsg.LocalState, error) {
+	if txID == "" {
+		return txmsg.StateUnknown, errors.New("rocketmq: resolve check-back: empty txmsg ID")
+	}
+	if t.runningHere(txID, "") {
+		return txmsg.StateUnknown, nil
+	}
+	if state, ok := t.fromCache(txID, brokerMessageID, ""); ok {
+		return state, nil
+	}
+	start := time.Now()
+	state, err := t.chk.Resolve(ctx, txID)
+	t.cfg.Hooks.CheckBack(txID, "", state, err, time.Since(start))
+	return state, err
+}
+
+// CheckBackCacheStats describes a Transactional's outcome cache.
+type CheckBackCacheStats struct {
+	// Entries is how many transactions' outcomes the cache holds.
+	Entries int
+	// Hits counts check-backs answered from the cache; Misses those it
+	// could not answer, which went to the barrier. Both count since
+	// NewTransactional. The CheckBack hooks see both kinds alike: a hit
+	// reaches them with a nil error and the lookup's time, well under a
+	// millisecond.
+	Hits, Misses int64
+	// Evicted counts outcomes dropped for size or age.
+	Evicted int64
+}
+
+// CheckBackCacheStats returns the outcome cache's figures; all zero when
+// the cache is off.
+func (t *Transactional) CheckBackCacheStats() CheckBackCacheStats {
+	c := t.outcomes
+	if c == nil {
+		return CheckBackCacheStats{}
+	}
+	return CheckBackCacheStats{Entries: c.len(), Hits: c.hits.Load(), Misses: c.misses.Load(), Evicted: c.evicted.Load()}
 }
 
 func toPrimitiveState(s txmsg.LocalState) primitive.LocalTransactionState {
@@ -351,6 +506,7 @@ func (l listener) ExecuteLocalTransaction(m *primitive.Message) (state primitive
 		return primitive.UnkonwnState
 	}
 	c := v.(*call)
+	c.half = m.GetProperty(primitive.PropertyUniqueClientMessageIdKeyIndex)
 	defer func() {
 		if r := recover(); r != nil {
 			c.state, c.err = txmsg.StateUnknown, &txmsg.PanicError{Value: r, Stack: debug.Stack()}

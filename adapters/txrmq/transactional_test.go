@@ -83,6 +83,7 @@ func TestTransactionalConfigValidation(t *testing.T) {
 		{"bad namespace", func(c *TransactionalConfig) { c.Namespace = "ns!" }},
 		{"no hook", func(c *TransactionalConfig) { c.Hooks = txmsg.Hooks{struct{ n int }{}} }},
 		{"nil hook", func(c *TransactionalConfig) { c.Hooks = txmsg.Hooks{nil} }},
+		{"cache age past the check window", func(c *TransactionalConfig) { c.CheckBackCacheAge = time.Hour }},
 	}
 	for _, tc := range cases {
 		cfg := TransactionalConfig{Config: good}

@@ -18,6 +18,8 @@
 //	    B3's rate, relay running with the in-process nudge
 //	B6  checker.Resolve answering check-backs for committed, rolled-back
 //	    and unknown IDs
+//	B6c the Transactional answering check-backs for committed and
+//	    rolled-back transactions of its own from its outcome cache
 //	B7  relay drain rate and resident memory with a 1,000,000-row backlog
 //	B8  consumer throughput, concurrent (txrmq.Consumer) next to ordered
 //	    (txrmq.OrderedConsumer), for one sharding key and for many
@@ -74,26 +76,27 @@ type config struct {
 	Duration time.Duration
 	Count    int
 
-	Backlog        int
-	BigBacklog     int
-	Relays         int
-	FillWorkers    int
-	LatencyFor     time.Duration
-	LatencyRate    float64
-	ResolveFor     time.Duration
-	ResolveRows    int
-	Queues         int
-	Settle         time.Duration
-	Phases         string
-	JSON           bool
-	Smoke          bool
-	Keep           bool
-	CPUProfile     string
-	RelayCPUProf   string
-	RelayBatchSize int
-	ConsumeCount   int
-	ConsumeTimeout time.Duration
-	ScaleRelays    string
+	Backlog         int
+	BigBacklog      int
+	Relays          int
+	FillWorkers     int
+	LatencyFor      time.Duration
+	LatencyRate     float64
+	ResolveFor      time.Duration
+	ResolveRows     int
+	ResolveCachedTx int
+	Queues          int
+	Settle          time.Duration
+	Phases          string
+	JSON            bool
+	Smoke           bool
+	Keep            bool
+	CPUProfile      string
+	RelayCPUProf    string
+	RelayBatchSize  int
+	ConsumeCount    int
+	ConsumeTimeout  time.Duration
+	ScaleRelays     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -114,13 +117,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.FillWorkers, "fill-workers", 4, "concurrent writers filling backlogs and barrier rows (not measured)")
 	fs.DurationVar(&c.LatencyFor, "latency-duration", 15*time.Second, "measured time of B5")
 	fs.Float64Var(&c.LatencyRate, "latency-rate", 0, "B5 commits per second; 0 means half of B3's measured rate")
-	fs.DurationVar(&c.ResolveFor, "resolve-duration", 10*time.Second, "measured time of B6")
+	fs.DurationVar(&c.ResolveFor, "resolve-duration", 10*time.Second, "measured time of B6 and B6c")
 	fs.IntVar(&c.ResolveRows, "resolve-rows", 100_000, "barrier rows of each state (committed, rolled back) pre-filled for B6")
+	fs.IntVar(&c.ResolveCachedTx, "resolve-cached-tx", 5_000, "transactions (half rolled back) whose outcomes B6c's check-backs ask the Transactional's cache for")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "pause between filling a backlog and draining it, for InnoDB's background work")
 	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
 	fs.IntVar(&c.ConsumeCount, "consume-count", 10_000, "events each B8 consumer handles")
 	fs.DurationVar(&c.ConsumeTimeout, "consume-timeout", 5*time.Minute, "longest wait for one B8 consumer to handle its events")
-	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,cost,b4,b5,b6,b7,b8 (b4 includes r0), and scale, which all does not include")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,b0r,b1r,b2r,b3r,cost,b4,b5,b6,b7,b8 (b4 includes r0, b6 includes b6c), and scale, which all does not include")
 	fs.StringVar(&c.ScaleRelays, "scale-relays", "1,2,4,8,16,32", "relay process counts of the scale phase, each next to the raw client with as many workers")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
@@ -143,13 +147,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.ResolveFor = time.Second
 		c.Settle = 0
 		c.ResolveRows = 200
+		c.ResolveCachedTx = 40
 		c.Workers = min(c.Workers, 4)
 		c.Relays = min(c.Relays, 2)
 		c.Queues = 2
 		c.ConsumeCount = 200
 		c.ConsumeTimeout = time.Minute
 	}
-	if c.Workers <= 0 || c.Relays <= 0 || c.FillWorkers <= 0 || c.Backlog <= 0 || c.BigBacklog <= 0 || c.ResolveRows <= 0 || c.Queues <= 0 ||
+	if c.Workers <= 0 || c.Relays <= 0 || c.FillWorkers <= 0 || c.Backlog <= 0 || c.BigBacklog <= 0 || c.ResolveRows <= 0 || c.ResolveCachedTx <= 0 || c.Queues <= 0 ||
 		c.ConsumeCount <= 1 || c.ConsumeTimeout <= 0 {
 		return nil, errors.New("counts must be positive")
 	}

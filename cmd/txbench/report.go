@@ -43,6 +43,8 @@ var headline = []string{
 	"relay_msgs_per_s", "raw_send_msgs_per_s", "ratio_relay_raw",
 	"outbox_latency_p50_ms", "outbox_latency_p99_ms",
 	"resolve_per_s", "resolve_p99_ms", "resolve_serial_per_s",
+	"resolve_cached_per_s", "resolve_cached_p99_ms", "resolve_cached_serial_per_s", "resolve_cached_serial_p99_ms",
+	"ratio_resolve_cached_db", "ratio_resolve_cached_serial_db",
 	"relay_rss_mib_1m", "ratio_drain_1m_vs_100k",
 }
 
@@ -60,6 +62,9 @@ var targets = []struct {
 	{"outbox_latency_p99_ms", "≤ 15", func(v float64) bool { return v <= 15 }},
 	{"resolve_per_s", "≥ 10000", func(v float64) bool { return v >= 10000 }},
 	{"resolve_p99_ms", "≤ 5", func(v float64) bool { return v <= 5 }},
+	{"resolve_cached_serial_per_s", "≥ 3000", func(v float64) bool { return v >= 3000 }},
+	{"resolve_cached_per_s", "≥ 10000", func(v float64) bool { return v >= 10000 }},
+	{"resolve_cached_p99_ms", "≤ 5", func(v float64) bool { return v <= 5 }},
 	{"ratio_drain_1m_vs_100k", "≥ 0.8", func(v float64) bool { return v >= 0.8 }},
 	{"relay_rss_mib_1m", "< 100", func(v float64) bool { return v < 100 }},
 }
@@ -199,6 +204,7 @@ var tableExtras = []string{
 	"cpu_cost_ratio_b2_b1", "cpu_cost_ratio_b3_b0", "cpu_cost_ratio_b2r_b1r", "cpu_cost_ratio_b3r_b0r",
 	"relay_msgs_per_s_at_workers", "raw_send_msgs_per_s_at_workers", "ratio_relay_raw_at_workers",
 	"relay_msgs_per_s_big", "resolve_serial_p99_ms",
+	"resolve_cached_p50_us", "resolve_cached_p99_us", "resolve_cached_serial_p50_us", "resolve_cached_serial_p99_us",
 	"outbox_latency_rate", "outbox_latency_p90_ms", "outbox_latency_p999_ms",
 }
 
