@@ -86,6 +86,22 @@ type TransactionalConfig struct {
 	Checker checker.Config
 	// Sweeper configures the sweeper. Optional.
 	Sweeper SweeperConfig
+	// CheckBacks tunes how the producer answers the broker's check-backs.
+	// Optional.
+	CheckBacks CheckBackConfig
+}
+
+// CheckBackConfig tunes the transactional producer's check-back answers;
+// each zero field takes txrmq's default.
+type CheckBackConfig struct {
+	// Workers is [txrmq.TransactionalConfig.CheckBackWorkers].
+	Workers int
+	// Queue is [txrmq.TransactionalConfig.CheckBackQueue].
+	Queue int
+	// CacheSize is [txrmq.TransactionalConfig.CheckBackCacheSize].
+	CacheSize int
+	// CacheAge is [txrmq.TransactionalConfig.CheckBackCacheAge].
+	CacheAge time.Duration
 }
 
 // SweeperConfig configures the sweeper of a transactional stack and its

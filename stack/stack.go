@@ -122,8 +122,12 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 	}
 	if cfg.Parts&PartProducer != 0 {
 		txp, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-			Config: cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks),
-			Topics: cfg.Topics,
+			Config:             cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks),
+			Topics:             cfg.Topics,
+			CheckBackWorkers:   cfg.CheckBacks.Workers,
+			CheckBackQueue:     cfg.CheckBacks.Queue,
+			CheckBackCacheSize: cfg.CheckBacks.CacheSize,
+			CheckBackCacheAge:  cfg.CheckBacks.CacheAge,
 		}, cfg.DB, chk)
 		if err != nil {
 			s.components = background

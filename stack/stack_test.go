@@ -54,6 +54,8 @@ func TestConfigErrors(t *testing.T) {
 		"no group":             {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.Group = "" })}, "Group"},
 		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: SweeperConfig{Group: "orders"}}, "is the producer group"},
 		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
+		"cache beyond window":  {TransactionalConfig{Config: base, CheckBacks: CheckBackConfig{CacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
+		"negative workers":     {TransactionalConfig{Config: base, CheckBacks: CheckBackConfig{Workers: -1}}, "CheckBackWorkers"},
 	}
 	for name, c := range txCases {
 		t.Run("transactional/"+name, func(t *testing.T) {

@@ -165,6 +165,10 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 	if err != nil {
 		return nil, err
 	}
+	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
+	if err := limits.validate("transactional producer"); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sameDatabaseTimeout)
 	err = chk.CheckSameDatabase(ctx, db)
 	cancel()
@@ -173,10 +177,6 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 		return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
 	case err != nil:
 		return nil, fmt.Errorf("rocketmq: transactional producer: %w", err)
-	}
-	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
-	if err := limits.validate("transactional producer"); err != nil {
-		return nil, err
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
