@@ -42,9 +42,8 @@ const (
 // offset to the broker before it returns, so it holds from then on: a
 // consumer that crashes right after Start, before it has consumed anything,
 // starts again where it stopped, and events published while it was down are
-// handled. Start fails when the broker refuses the write (for example a
-// broker that does not create subscription groups on its own: create the
-// group first with mqadmin updateSubGroup).
+// handled. Start fails, naming the queue and the broker's answer, when the
+// broker refuses the write or cannot be asked.
 type ConsumerConfig struct {
 	Config
 	// Concurrency is the most handlers running at once, across all routes,
