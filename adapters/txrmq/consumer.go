@@ -39,10 +39,10 @@ const (
 // the beginning. Events published before that point are not handled by the
 // group; to replay them, reset the group's offsets with mqadmin
 // (resetOffsetByTime) while no consumer of it runs. Start writes that start
-// offset to the broker before it returns, so it holds from then on: a
-// consumer that crashes right after Start, before it has consumed anything,
-// starts again where it stopped, and events published while it was down are
-// handled. Start fails, naming the queue and the broker's answer, when the
+// offset to the broker before it returns, so it holds from then on: when
+// a consumer crashes right after Start, before it has consumed anything,
+// the group's next consumer starts at that offset, and events published in
+// between are handled. Start fails, naming the queue and the broker's answer, when the
 // broker refuses the write or cannot be asked.
 type ConsumerConfig struct {
 	Config
@@ -313,7 +313,7 @@ func startPinned(ctx context.Context, pc interface{ Shutdown() error }, group st
 	n, err := pinStartOffsets(ctx, pc, group, topics, log)
 	switch {
 	case errors.Is(err, errCannotPin):
-		log.Warn("cannot record the group's start offsets; a brand-new group that stops within 10 s of its start may skip events published until it starts again", "err", err)
+		log.Warn("cannot record the group's start offsets; if this brand-new group's consumers stop before the client has persisted an offset (10 to 25 s after start), events published until they start again may be skipped", "err", err)
 		return nil
 	case err != nil:
 		_ = shutdownConsumer(pc, log)
