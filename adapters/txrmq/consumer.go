@@ -31,6 +31,19 @@ const (
 // ConsumerConfig configures a [Consumer]. Config.Group is the consumer
 // group: the inbox dedupes per group, so two groups each handle every event
 // once. SendTimeout, Retries and MaxBodySize do not apply to consumers.
+//
+// Where a new group starts: a group that has no committed offset for a
+// queue starts at that queue's end when its first consumer starts (as
+// RocketMQ's CONSUME_FROM_LAST_OFFSET), except where the broker still holds
+// the queue's first message in memory (a young topic): there it starts at
+// the beginning. Events published before that point are not handled by the
+// group; to replay them, reset the group's offsets with mqadmin
+// (resetOffsetByTime) while no consumer of it runs. Start writes that start
+// offset to the broker before it returns, so it holds from then on: when
+// a consumer crashes right after Start, before it has consumed anything,
+// the group's next consumer starts at that offset, and events published in
+// between are handled. Start fails, naming the queue and the broker's answer, when the
+// broker refuses the write or cannot be asked.
 type ConsumerConfig struct {
 	Config
 	// Concurrency is the most handlers running at once, across all routes,
@@ -212,14 +225,14 @@ func consumerOptions(cfg *ConsumerConfig) []consumer.Option {
 
 // Start connects, joins the group and begins consuming. It returns once
 // the consumer holds its share of the topics' queues with their start
-// offsets fixed, so a message published after Start returns is consumed
-// even by a brand-new group. (A new group starts at the end of each queue,
-// as RocketMQ's CONSUME_FROM_LAST_OFFSET does, except where the broker
-// still holds a queue's first message in memory: there it starts at the
-// beginning.)
+// offsets fixed and, for queues the group had no offset for, written to
+// the broker (see [ConsumerConfig]), so a message published after Start
+// returns is consumed even by a brand-new group, even if this process
+// dies before it has consumed anything.
 //
-// Start fails when a route's topic has no route on the name servers. A
-// consumer whose Start failed cannot be started again; build a new one.
+// Start fails when a route's topic has no route on the name servers, or
+// when the broker refuses a new group's start offset. A consumer whose
+// Start failed cannot be started again; build a new one.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -237,11 +250,12 @@ func (c *Consumer) Start(ctx context.Context) error {
 	// The client's calls take no context. If ctx ends first, the client is
 	// shut down once they return.
 	done := make(chan error, 1)
-	go func() { done <- c.start() }()
+	go func() { done <- c.start(ctx) }()
 	select {
 	case err := <-done:
 		if err != nil {
-			// The client has shut itself down when a topic is missing.
+			// The client is shut down: by itself when a topic is missing,
+			// by start otherwise.
 			c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
 			return c.startErr
 		}
@@ -280,11 +294,34 @@ func (c *Consumer) newReconnector() *reconnector {
 	return newReconnector(c.log, topics, rp, refresh)
 }
 
-func (c *Consumer) start() error {
+func (c *Consumer) start(ctx context.Context) error {
 	if err := c.pc.Start(); err != nil {
 		return err
 	}
 	c.settle()
+	topics := make([]string, 0, len(c.routes))
+	for _, r := range c.routes {
+		topics = append(topics, c.cfg.brokerTopic(r.Topic()))
+	}
+	return startPinned(ctx, c.pc, c.brokerGroup(), topics, c.log)
+}
+
+// startPinned records the start offsets of a consumer's new group (see
+// pinStartOffsets) and shuts the client down when that fails. Without the
+// client's internals it logs a warning and lets the client go on alone.
+func startPinned(ctx context.Context, pc interface{ Shutdown() error }, group string, topics []string, log *slog.Logger) error {
+	n, err := pinStartOffsets(ctx, pc, group, topics, log)
+	switch {
+	case errors.Is(err, errCannotPin):
+		log.Warn("cannot record the group's start offsets; if this brand-new group's consumers stop before the client has persisted an offset (10 to 25 s after start), events published until they start again may be skipped", "err", err)
+		return nil
+	case err != nil:
+		_ = shutdownConsumer(pc, log)
+		return fmt.Errorf("record the group's start offsets: %w", err)
+	}
+	if n > 0 {
+		log.Info("recorded the start offsets of queues the group had none for", "queues", n)
+	}
 	return nil
 }
 

@@ -45,7 +45,9 @@ const (
 
 // OrderedConsumerConfig configures an [OrderedConsumer]. Config.Group is
 // the consumer group, as for [ConsumerConfig]; a group must be consumed
-// either by ordered consumers or by concurrent ones, not both.
+// either by ordered consumers or by concurrent ones, not both. A new group
+// starts where [ConsumerConfig] says, and Start records that start on the
+// broker the same way.
 type OrderedConsumerConfig struct {
 	Config
 	// Concurrency is the most handlers running at once across all queues,
@@ -137,8 +139,9 @@ func (c *OrderedConsumerConfig) validate() error {
 // neither can commit a message before every earlier message of the queue
 // has committed, and per-key order still holds.
 //
-// A new group starts at the end of each queue, like [Consumer]. Topics
-// must exist before Start.
+// A new group starts at the end of each queue, like [Consumer], and Start
+// writes that start to the broker before it returns (see
+// [ConsumerConfig]). Topics must exist before Start.
 type OrderedConsumer struct {
 	cfg    OrderedConsumerConfig
 	inbox  *txmsg.Inbox
@@ -238,9 +241,12 @@ func orderedOptions(c *Config) []consumer.Option {
 
 // Start connects, joins the group and begins consuming. It returns once
 // this consumer holds its share of the queues with their start offsets
-// fixed, so a message published after Start returns is consumed even by a
-// brand-new group. Start fails when a route's topic has no route on the
-// name servers; a consumer whose Start failed cannot be started again.
+// fixed and, for queues the group had no offset for, written to the broker,
+// so a message published after Start returns is consumed even by a
+// brand-new group, even if this process dies before it has consumed
+// anything. Start fails when a route's topic has no route on the name
+// servers, or when the broker refuses a new group's start offset; a
+// consumer whose Start failed cannot be started again.
 func (c *OrderedConsumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -256,7 +262,7 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 		return fmt.Errorf("rocketmq: start ordered consumer: %w", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.start() }()
+	go func() { done <- c.start(ctx) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -301,7 +307,7 @@ func (c *OrderedConsumer) newReconnector() *reconnector {
 	return newReconnector(c.log, topics, rp, refresh)
 }
 
-func (c *OrderedConsumer) start() error {
+func (c *OrderedConsumer) start(ctx context.Context) error {
 	if err := c.pc.Start(); err != nil {
 		return err
 	}
@@ -316,7 +322,11 @@ func (c *OrderedConsumer) start() error {
 		}
 	}
 	c.settle(rs)
-	return nil
+	topics := make([]string, 0, len(c.topics))
+	for _, t := range c.topics {
+		topics = append(topics, c.cfg.brokerTopic(t))
+	}
+	return startPinned(ctx, c.pc, c.brokerGroup(), topics, c.log)
 }
 
 // settle runs one rebalance to completion, so that the queues this

@@ -16,13 +16,19 @@
 //     closes no channel a pull still in flight may send on
 //     ([ReleaseQueues]);
 //   - refreshing routes and heartbeats at once after a broker dropped the
-//     connection or came back ([Refresher]).
+//     connection or came back ([Refresher]);
+//   - recording a new group's start offsets on the broker at Start: the
+//     queues a consumer holds, the consumed offsets the client keeps in
+//     memory, and requests the client has no public call for
+//     ([HeldQueues], [ConsumedOffset], [RaiseConsumedOffset],
+//     [ConsumerRequester]).
 //
 // Every function reports an error (or nil) when the fields or methods it
 // needs are not there, never panics, and the callers degrade to the
-// client's own schedule. [Check] walks every path on values built by the
-// client's public constructors, without a broker; its test fails when an
-// upgrade of the client renames or retypes what this package relies on.
+// client's own schedule. [Check] and [CheckOffsets] walk every path on
+// values built by the client's public constructors, without a broker;
+// their test fails when an upgrade of the client renames or retypes what
+// this package relies on.
 package clientinternals
 
 import (

@@ -145,6 +145,39 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 	tableField, ok := reflect.TypeOf(pc).Elem().FieldByName(fieldQueueTable)
 	require.True(t, ok)
 	require.Equal(t, reflect.TypeOf(sync.Map{}), tableField.Type)
+
+	// Start offsets, on both kinds of consumer: the request path, the held
+	// queues and the offset store (which exists once a consumer started,
+	// so its fields are checked on one the client's constructor builds).
+	store := consumer.NewRemoteOffsetStore("clientinternals_store", nil, nil)
+	for _, c := range []any{pc, pull} {
+		require.NoError(t, CheckOffsets(c, store), "%T", c)
+		req, err := ConsumerRequester(c)
+		require.NoError(t, err, "%T", c)
+		require.NotNil(t, req)
+		held, err := HeldQueues(c)
+		require.NoError(t, err, "%T", c)
+		require.Empty(t, held, "%T: released above", c)
+		_, _, err = ConsumedOffset(c, primitive.MessageQueue{Topic: "t"})
+		require.ErrorContains(t, err, "not started", "%T", c)
+	}
+	mq := primitive.MessageQueue{Topic: "t", BrokerName: "b", QueueId: 1}
+	_, ok, err = ConsumedOffset(store, mq)
+	require.NoError(t, err)
+	require.False(t, ok, "a new store holds no offset")
+	now, err := RaiseConsumedOffset(store, mq, 5)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, now)
+	now, err = RaiseConsumedOffset(store, mq, 3)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, now, "raising never lowers")
+	off, ok, err := ConsumedOffset(store, mq)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 5, off)
+	_, ok, err = ConsumedOffset(store, primitive.MessageQueue{Topic: "t", BrokerName: "b", QueueId: 2})
+	require.NoError(t, err)
+	require.False(t, ok)
 }
 
 // lookalike has none of the fields the client has.
@@ -175,6 +208,15 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		require.Error(t, err)
 		_, err = ConsumerRefresher(v)
 		require.Error(t, err)
+		_, err = ConsumerRequester(v)
+		require.Error(t, err)
+		_, err = HeldQueues(v)
+		require.Error(t, err)
+		_, _, err = ConsumedOffset(v, primitive.MessageQueue{})
+		require.Error(t, err)
+		_, err = RaiseConsumedOffset(v, primitive.MessageQueue{}, 1)
+		require.Error(t, err)
+		require.Error(t, CheckOffsets(v, nil))
 	}
 	require.Nil(t, ConsumerClientOf(p), "a producer is no push consumer")
 }
