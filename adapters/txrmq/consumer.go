@@ -211,6 +211,13 @@ func consumerOptions(cfg *ConsumerConfig) []consumer.Option {
 		consumer.WithConsumeGoroutineNums(cfg.Concurrency),
 		consumer.WithMaxReconsumeTimes(int32(cfg.MaxReconsumeTimes)),
 	}
+	return append(opts, c.consumerAccess()...)
+}
+
+// consumerAccess maps the namespace, credentials and TLS settings to the
+// consumer client's options.
+func (c *Config) consumerAccess() []consumer.Option {
+	var opts []consumer.Option
 	if c.Namespace != "" {
 		opts = append(opts, consumer.WithNamespace(c.Namespace))
 	}
@@ -247,51 +254,52 @@ func (c *Consumer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start consumer: %w", err)
 	}
-	// The client's calls take no context. If ctx ends first, the client is
-	// shut down once they return.
-	done := make(chan error, 1)
-	go func() { done <- c.start(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			// The client is shut down: by itself when a topic is missing,
-			// by start otherwise.
-			c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
-			return c.startErr
-		}
-	case <-ctx.Done():
-		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, ctx.Err())
-		go func() {
-			if <-done == nil {
-				_ = shutdownConsumer(c.pc, c.log)
-			}
-		}()
+	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
+		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
 		return c.startErr
 	}
 	c.started = true
-	c.rc = c.newReconnector()
+	c.rc = watchConsumerBrokers(c.pc, c.log, c.brokerTopics())
 	c.rc.start()
 	return nil
 }
 
-// newReconnector watches the brokers of the consumer's topics: a restarted
-// broker serves a group's pulls only after its heartbeat.
-func (c *Consumer) newReconnector() *reconnector {
-	rp, err := clientinternals.NameServers(c.pc)
+// startWithin runs a consumer's start, whose client calls take no
+// context, and returns its error, or ctx's when ctx ends first; the client
+// is then shut down once start has returned. A start that fails shuts the
+// client down itself (the client does when a topic is missing).
+func startWithin(ctx context.Context, pc interface{ Shutdown() error }, log *slog.Logger, start func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- start(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		go func() {
+			if <-done == nil {
+				_ = shutdownConsumer(pc, log)
+			}
+		}()
+		return ctx.Err()
+	}
+}
+
+// watchConsumerBrokers watches the brokers of a consumer's topics (as the
+// broker knows them): a restarted broker serves a group's pulls only after
+// its heartbeat. It returns nil, after a warning, when the client's
+// internals are out of reach.
+func watchConsumerBrokers(pc any, log *slog.Logger, topics []string) *reconnector {
+	rp, err := clientinternals.NameServers(pc)
 	if err != nil {
-		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
 		return nil
 	}
-	refresh, err := clientinternals.ConsumerRefresher(c.pc)
+	refresh, err := clientinternals.ConsumerRefresher(pc)
 	if err != nil {
-		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
+		log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
 		return nil
 	}
-	topics := make([]string, 0, len(c.routes))
-	for _, r := range c.routes {
-		topics = append(topics, c.cfg.brokerTopic(r.Topic()))
-	}
-	return newReconnector(c.log, topics, rp, refresh)
+	return newReconnector(log, topics, rp, refresh)
 }
 
 func (c *Consumer) start(ctx context.Context) error {
@@ -299,11 +307,16 @@ func (c *Consumer) start(ctx context.Context) error {
 		return err
 	}
 	c.settle()
+	return startPinned(ctx, c.pc, c.brokerGroup(), c.brokerTopics(), c.log)
+}
+
+// brokerTopics are the consumer's topics as the broker knows them.
+func (c *Consumer) brokerTopics() []string {
 	topics := make([]string, 0, len(c.routes))
 	for _, r := range c.routes {
 		topics = append(topics, c.cfg.brokerTopic(r.Topic()))
 	}
-	return startPinned(ctx, c.pc, c.brokerGroup(), topics, c.log)
+	return topics
 }
 
 // startPinned records the start offsets of a consumer's new group (see

@@ -227,16 +227,7 @@ func orderedOptions(c *Config) []consumer.Option {
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromLastOffset),
 		consumer.WithPullBatchSize(orderedPullBatch),
 	}
-	if c.Namespace != "" {
-		opts = append(opts, consumer.WithNamespace(c.Namespace))
-	}
-	if c.AccessKey != "" {
-		opts = append(opts, consumer.WithCredentials(c.credentials()))
-	}
-	if c.TLS {
-		opts = append(opts, consumer.WithTls(true))
-	}
-	return opts
+	return append(opts, c.consumerAccess()...)
 }
 
 // Start connects, joins the group and begins consuming. It returns once
@@ -261,50 +252,26 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start ordered consumer: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.start(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
-			return c.startErr
-		}
-	case <-ctx.Done():
-		c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, ctx.Err())
-		go func() {
-			if <-done == nil {
-				_ = shutdownConsumer(c.pc, c.log)
-			}
-		}()
+	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
+		c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
 		return c.startErr
 	}
 	c.started = true
 	c.loops.Add(2)
 	go c.dispatch()
 	go c.persist()
-	c.rc = c.newReconnector()
+	c.rc = watchConsumerBrokers(c.pc, c.log, c.brokerTopics())
 	c.rc.start()
 	return nil
 }
 
-// newReconnector watches the brokers of the consumer's topics: a restarted
-// broker serves a group's pulls only after its heartbeat.
-func (c *OrderedConsumer) newReconnector() *reconnector {
-	rp, err := clientinternals.NameServers(c.pc)
-	if err != nil {
-		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
-		return nil
-	}
-	refresh, err := clientinternals.ConsumerRefresher(c.pc)
-	if err != nil {
-		c.log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
-		return nil
-	}
+// brokerTopics are the consumer's topics as the broker knows them.
+func (c *OrderedConsumer) brokerTopics() []string {
 	topics := make([]string, 0, len(c.topics))
 	for _, t := range c.topics {
 		topics = append(topics, c.cfg.brokerTopic(t))
 	}
-	return newReconnector(c.log, topics, rp, refresh)
+	return topics
 }
 
 func (c *OrderedConsumer) start(ctx context.Context) error {
@@ -322,11 +289,7 @@ func (c *OrderedConsumer) start(ctx context.Context) error {
 		}
 	}
 	c.settle(rs)
-	topics := make([]string, 0, len(c.topics))
-	for _, t := range c.topics {
-		topics = append(topics, c.cfg.brokerTopic(t))
-	}
-	return startPinned(ctx, c.pc, c.brokerGroup(), topics, c.log)
+	return startPinned(ctx, c.pc, c.brokerGroup(), c.brokerTopics(), c.log)
 }
 
 // settle runs one rebalance to completion, so that the queues this
