@@ -65,8 +65,8 @@ func requireRestartableBroker(t *testing.T) {
 //     was back is published before that moment: the relay retried it at
 //     once. Each key keeps its order.
 //
-// It needs a broker of its own (brokerRestartEnv) and takes about a
-// minute; it is not parallel, so no other test of the package runs while
+// It needs a broker of its own (brokerRestartEnv) and takes under a
+// minute (20–35 s on the test machine); it is not parallel, so no other test of the package runs while
 // the broker is down.
 func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
 	requireRestartableBroker(t)
