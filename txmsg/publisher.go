@@ -22,6 +22,28 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs ...*Message) error
 }
 
+// BrokerReturnNotifier is implemented by a [Publisher] that watches the
+// brokers it sends to and can tell when one that did not accept
+// connections accepts them again. The outbox relay uses it to retry the
+// rows that wait for the broker at once instead of at their next attempt;
+// a Publisher that does not implement it loses nothing but that.
+//
+// NotifyBrokerReturn returns a channel that receives a value when a broker
+// that was unreachable accepts connections again, and again at each later
+// moment the publisher expects the returning broker to take messages (for
+// [txrmq.Publisher]: after each of the route refreshes that follow a
+// broker's return while it starts up), and a function that ends the
+// subscription. The channel is buffered by one, so signals that find one
+// pending coalesce, and it is never closed. A signal is a hint that a
+// publish may go through now, not a promise. Each call makes a
+// subscription of its own, so several relays can share one Publisher;
+// call stop once when done.
+//
+// [txrmq.Publisher]: https://pkg.go.dev/github.com/txmsg/txmsg/adapters/txrmq#Publisher
+type BrokerReturnNotifier interface {
+	NotifyBrokerReturn() (returned <-chan struct{}, stop func())
+}
+
 // Publish failures come in two kinds, and a Publisher says which by
 // wrapping one of these errors, so that a caller retrying on its own (the
 // outbox relay) can tell a message that will never go through from a

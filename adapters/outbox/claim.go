@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -141,14 +142,21 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 // order; with bucket 0 among them it also reads the buckets outside
 // [0, Buckets).
 func (r *Relay) dueIn(ctx context.Context, tx *gorm.DB, buckets []int, now time.Time, limit int) *gorm.DB {
-	cond := tx.Where("bucket IN ?", buckets)
-	if buckets[0] == 0 {
-		cond = cond.Or("bucket < 0").Or("bucket >= ?", r.cfg.Buckets)
-	}
 	return tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
-		Where("status = ?", StatusPending).Where(cond).Where("next_attempt_at <= ?", now).
+		Where("status = ?", StatusPending).Where(r.inBuckets(tx, buckets)).Where("next_attempt_at <= ?", now).
 		Order("bucket, next_attempt_at, id").Limit(limit)
+}
+
+// inBuckets is the condition "the row lies in one of buckets", which
+// takes in the buckets outside [0, Buckets) when bucket 0 is among them.
+// buckets must not be empty.
+func (r *Relay) inBuckets(db *gorm.DB, buckets []int) *gorm.DB {
+	cond := db.Where("bucket IN ?", buckets)
+	if slices.Contains(buckets, 0) {
+		cond = cond.Or("bucket < 0").Or("bucket >= ?", r.cfg.Buckets)
+	}
+	return cond
 }
 
 // metaColumns are the columns a claim reads: every column but the body,
@@ -468,7 +476,8 @@ const waitingPrefix = "waiting for the broker: "
 // rows become sent; rows the broker refused count an attempt and back off,
 // or become dead after MaxAttempts; rows that failed because the broker or
 // the route was unavailable back off without counting an attempt, by the
-// relay's own count of failing cycles, and are never dead. It returns how
+// relay's own count of failing cycles up to MaxWaitBackoff, and are never
+// dead. It returns how
 // many rows were sent.
 func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 	now := time.Now().UTC()
@@ -534,7 +543,7 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 		case g.dead:
 			set["status"] = StatusDead
 		case g.waiting:
-			d = jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, r.outage.streak+1))
+			d = jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxWaitBackoff, r.outage.wait+1))
 		default:
 			d = jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, g.attempts))
 		}

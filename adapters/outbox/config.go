@@ -25,6 +25,7 @@ const (
 	DefaultMaxAttempts    = 20
 	DefaultMinBackoff     = time.Second
 	DefaultMaxBackoff     = 5 * time.Minute
+	DefaultMaxWaitBackoff = 5 * time.Second
 	DefaultRetention      = 24 * time.Hour
 	DefaultPurgeInterval  = time.Minute
 	DefaultPurgeBatch     = store.DefaultPurgeBatch
@@ -140,21 +141,38 @@ type RelayConfig struct {
 	// through). Failures of the broker or the route (txmsg.IsUnavailable,
 	// or every message of the call failing the same unclassified way)
 	// never count: the rows wait for the broker however long it stays
-	// away, backing off up to MaxBackoff, and Stats.Waiting, Relay.Health
-	// and txmsg.HookRelayUnavailable show it.
+	// away, backing off up to MaxWaitBackoff, and Stats.Waiting,
+	// Relay.Health and txmsg.HookRelayUnavailable show it.
 	MaxAttempts int
 	// MinBackoff is the delay after a row's first failure; each further
 	// failure doubles it, up to MaxBackoff, with jitter (the delay is drawn
-	// from [d/2, d]). While the broker is unavailable the delay grows the
-	// same way with the relay's count of cycles that failed in a row.
+	// from [d/2, d]). While the broker is unavailable the delay of the rows
+	// that wait for it grows the same way with the relay's count of cycles
+	// that failed in a row, up to MaxWaitBackoff.
 	// Default [DefaultMinBackoff] (1 s).
 	MinBackoff time.Duration
-	// MaxBackoff caps the delay between attempts. Default
-	// [DefaultMaxBackoff] (5 min): with the
+	// MaxBackoff caps the delay between attempts of a row the broker
+	// refused. Default [DefaultMaxBackoff] (5 min): with the
 	// default MinBackoff and MaxAttempts a row the broker keeps refusing
-	// is retried for about an hour before it is dead; a row waiting for
-	// the broker is retried every MaxBackoff at the latest, forever.
+	// is retried for about an hour before it is dead.
 	MaxBackoff time.Duration
+	// MaxWaitBackoff caps the delay between attempts of a row that waits
+	// for an unavailable broker, so that such rows go out within about
+	// MaxWaitBackoff of the broker's return however long it was away.
+	// The relay's load during an outage stays bounded all the same: a
+	// cycle that published nothing is never followed at once by another;
+	// the relay waits for the PollInterval, a nudge of its Outbox or the
+	// next row to come due, and claims at most BatchSize rows a cycle.
+	//
+	// A relay also retries the waiting rows of its buckets at once (it
+	// makes them due now) when it publishes again after an outage, and
+	// when its Publisher implements [txmsg.BrokerReturnNotifier] (as
+	// txrmq.Publisher does) and signals that a broker came back.
+	//
+	// Default [DefaultMaxWaitBackoff] (5 s), raised to MinBackoff and
+	// lowered to MaxBackoff when they exclude it; a value set must lie
+	// between MinBackoff and MaxBackoff.
+	MaxWaitBackoff time.Duration
 	// Retention is how long sent rows are kept before the relay purges them.
 	// Default [DefaultRetention] (24 h); negative means never.
 	Retention time.Duration
@@ -245,7 +263,7 @@ func (c *RelayConfig) validate() error {
 	if err := validTable("relay", c.Table); err != nil {
 		return err
 	}
-	if c.BatchSize < 0 || c.ClaimBytes < 0 || c.PublishBytes < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 ||
+	if c.BatchSize < 0 || c.ClaimBytes < 0 || c.PublishBytes < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.MaxWaitBackoff < 0 ||
 		c.PurgeInterval < 0 || c.PurgeBatch < 0 || c.Buckets < 0 || c.LeaseTTL < 0 || c.SettleDelay < 0 {
 		return fmt.Errorf("%w: relay: sizes and durations must not be negative", txmsg.ErrInvalidConfig)
 	}
@@ -276,6 +294,13 @@ func (c *RelayConfig) validate() error {
 	setDefault(&c.MaxLag, DefaultMaxLag)
 	if c.MaxBackoff < c.MinBackoff {
 		return fmt.Errorf("%w: relay: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
+	}
+	if c.MaxWaitBackoff == 0 {
+		c.MaxWaitBackoff = min(max(DefaultMaxWaitBackoff, c.MinBackoff), c.MaxBackoff)
+	}
+	if c.MaxWaitBackoff < c.MinBackoff || c.MaxWaitBackoff > c.MaxBackoff {
+		return fmt.Errorf("%w: relay: MaxWaitBackoff %v must lie between MinBackoff %v and MaxBackoff %v",
+			txmsg.ErrInvalidConfig, c.MaxWaitBackoff, c.MinBackoff, c.MaxBackoff)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

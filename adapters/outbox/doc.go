@@ -53,8 +53,12 @@
 // or txmsg.ErrInvalidMessage) counts an attempt and is dead after
 // [RelayConfig.MaxAttempts]. A row that failed because the broker or the
 // route was unavailable ([txmsg.IsUnavailable]) counts nothing: it waits,
-// backing off up to MaxBackoff, however long the outage lasts, and shows in
-// [Stats].Waiting, [Relay.Health] and txmsg.HookRelayUnavailable.
+// backing off up to [RelayConfig.MaxWaitBackoff] (5 s), however long the
+// outage lasts, and shows in [Stats].Waiting, [Relay.Health] and
+// txmsg.HookRelayUnavailable. When the relay publishes again after an
+// outage, or its Publisher signals that a broker came back
+// ([txmsg.BrokerReturnNotifier], implemented by txrmq.Publisher), the
+// waiting rows of its buckets are retried at once.
 //
 // # Ordered mode
 //

@@ -271,3 +271,79 @@ func TestOrderedWaitingRowHoldsItsKey(t *testing.T) {
 	require.Eventually(t, func() bool { return len(perKey(t, pub.published())["k"]) == 5 }, waitFor, tick)
 	require.Equal(t, []int{0, 1, 2, 3, 4}, perKey(t, pub.published())["k"])
 }
+
+// returningPublisher is a memPublisher that signals a broker's return on
+// demand (txmsg.BrokerReturnNotifier).
+type returningPublisher struct {
+	*memPublisher
+	sig chan struct{}
+}
+
+func (p *returningPublisher) NotifyBrokerReturn() (<-chan struct{}, func()) { return p.sig, func() {} }
+
+// TestRelayRetriesWaitingRowsWhenTheBrokerReturns: rows that wait for the
+// broker with an hour's backoff (MinBackoff = MaxWaitBackoff = 1 h) are
+// retried at once, in both modes, when the publisher signals a broker's
+// return, and again when the relay publishes a new row after an outage.
+// Key order holds in ordered mode. (Against a real broker restart:
+// TestBrokerRestartWaitingRowsGoOutAtOnce.)
+func TestRelayRetriesWaitingRowsWhenTheBrokerReturns(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{})
+			pub := &returningPublisher{memPublisher: newMemPublisher(), sig: make(chan struct{}, 1)}
+			var away atomic.Bool
+			pub.setFail(func(*txmsg.Message) error {
+				if away.Load() {
+					return fmt.Errorf("%w: connection refused", txmsg.ErrUnavailable)
+				}
+				return nil
+			})
+			r := e.relay(pub, RelayConfig{Ordered: ordered, MinBackoff: time.Hour, MaxBackoff: time.Hour})
+			require.Equal(t, time.Hour, r.cfg.MaxWaitBackoff)
+			start(t, r)
+			waitingHour := func(n int64) bool {
+				var c int64
+				require.NoError(t, e.db.Table(e.ob.Table()).
+					Where("status = ? AND last_error LIKE ? AND next_attempt_at > ?", StatusPending, waitingPrefix+"%", time.Now().UTC().Add(20*time.Minute)).
+					Count(&c).Error)
+				return c == n
+			}
+
+			away.Store(true)
+			for i := range 3 {
+				e.sendKeyed("k", i)
+			}
+			e.sendKeyed("other", 0)
+			// Ordered: k:0 and other:0 wait, k:1 and k:2 wait behind k:0.
+			tried := int64(4)
+			if ordered {
+				tried = 2
+			}
+			require.Eventually(t, func() bool { return waitingHour(tried) }, waitFor, tick)
+			require.ErrorIs(t, r.Health(context.Background()), txmsg.ErrUnavailable)
+			away.Store(false)
+			pub.sig <- struct{}{}
+			require.Eventually(t, func() bool { return e.stats().Sent == 4 }, waitFor, tick, "a broker's return retries the waiting rows")
+
+			away.Store(true)
+			for i := 3; i < 6; i++ {
+				e.sendKeyed("k", i)
+			}
+			tried = 3
+			if ordered {
+				tried = 1
+			}
+			require.Eventually(t, func() bool { return waitingHour(tried) }, waitFor, tick)
+			away.Store(false)
+			e.sendKeyed("other", 1) // the relay publishes this one, and so learns the broker is back
+			require.Eventually(t, func() bool { return e.stats().Sent == 8 }, waitFor, tick, "publishing again retries the waiting rows")
+			require.Eventually(t, func() bool { return r.Health(context.Background()) == nil }, waitFor, tick)
+			if ordered {
+				require.Equal(t, []int{0, 1, 2, 3, 4, 5}, perKey(t, pub.published())["k"])
+			}
+		})
+	}
+}

@@ -41,6 +41,14 @@ type Relay struct {
 	outage struct {
 		streak int
 		since  time.Time
+		// wait is the exponent of the waiting rows' backoff: streak,
+		// except that a broker's return signalled by the publisher starts
+		// it again from zero, so rows that fail while the broker starts
+		// up retry after MinBackoff.
+		wait int
+		// released: this outage's waiting rows were made due after the
+		// relay published again.
+		released bool
 	}
 	unavailable atomic.Pointer[outageState]
 	// meanBody is the mean body size of the last claim (Run's goroutine).
@@ -96,7 +104,10 @@ func (r *Relay) Name() string { return r.cfg.Name }
 //
 // Run keeps going through failures: when the database fails it logs, backs
 // off (up to 5 s) and tries again; when the broker fails the rows back off
-// (see [RelayConfig.MinBackoff]) and nothing is lost. On cancellation a
+// (see [RelayConfig.MinBackoff] and [RelayConfig.MaxWaitBackoff]) and
+// nothing is lost. When the publisher implements
+// [txmsg.BrokerReturnNotifier], Run retries the rows of its buckets that
+// wait for the broker as soon as it signals a broker's return. On cancellation a
 // batch being published is finished and marked (within PublishTimeout); a
 // batch not yet published is abandoned, its transaction rolled back and its
 // rows left pending. Run releases its bucket leases on the way out so
@@ -114,6 +125,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		ch, stop := r.cfg.Outbox.subscribe()
 		defer stop()
 		wake = ch
+	}
+	var back <-chan struct{}
+	if n, ok := r.pub.(txmsg.BrokerReturnNotifier); ok {
+		ch, stop := n.NotifyBrokerReturn()
+		defer stop()
+		back = ch
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -146,22 +163,24 @@ func (r *Relay) Run(ctx context.Context) error {
 			failures++
 			d := jitter(expBackoff(minErrorBackoff, maxErrorBackoff, failures))
 			r.log.Warn("relay cycle failed; retrying", "err", err, "failures", failures, "retry_in", d)
-			sleep(ctx, nil, d)
+			sleep(ctx, nil, nil, d)
 			continue
 		}
 		if failures > 0 {
 			r.log.Info("relay recovered", "failures", failures)
 			failures = 0
 		}
-		r.trackOutage(ctx)
-		if res.more {
+		if r.trackOutage(ctx) || res.more {
 			continue
 		}
 		d := r.cfg.PollInterval
 		if res.retryIn > 0 && res.retryIn < d {
 			d = res.retryIn
 		}
-		sleep(ctx, wake, d)
+		if sleep(ctx, wake, back, d) == wokeBack {
+			r.outage.wait = 0
+			r.releaseWaiting(ctx, "the publisher signalled a broker's return")
+		}
 	}
 	return nil
 }
@@ -172,21 +191,68 @@ func (r *Relay) Run(ctx context.Context) error {
 // nothing ends it, and so does one that tried nothing while no row of the
 // table waits for the broker any more (another relay may have published
 // them, or taken this relay's buckets).
-func (r *Relay) trackOutage(ctx context.Context) {
+//
+// The first cycle of an outage that publishes again makes the rows of
+// the relay's buckets that still wait for the broker due at once; then
+// trackOutage returns true: the next cycle should start now.
+func (r *Relay) trackOutage(ctx context.Context) (again bool) {
 	c := r.cycle
+	if c.sent > 0 && r.outage.streak > 0 && !r.outage.released {
+		r.outage.released = true
+		again = r.releaseWaiting(ctx, "the relay publishes again") > 0
+	}
 	switch {
 	case c.waiting > 0 && c.sent == 0:
 		if r.outage.streak == 0 {
 			r.outage.since = time.Now()
+			r.outage.released = false
+			r.outage.wait = 0
 			r.log.Warn("broker unavailable; pending rows wait for it without counting attempts", "waiting", c.waiting, "err", c.err)
 		}
 		r.outage.streak++
+		r.outage.wait++
 		r.unavailable.Store(&outageState{since: r.outage.since, waiting: c.waiting, err: c.err.Error()})
 	case c.waiting == 0 && r.outage.streak > 0 && (c.sent > 0 || !r.rowsWaiting(ctx)):
 		r.log.Info("broker available again", "unavailable_for", time.Since(r.outage.since).Round(time.Millisecond))
-		r.outage.streak = 0
+		r.outage.streak, r.outage.wait = 0, 0
 		r.unavailable.Store(nil)
 	}
+	return again
+}
+
+// releaseLimit bounds the rows one release makes due, in batches of the
+// relay: enough to keep it busy; the rest are due within MaxWaitBackoff.
+const releaseLimit = 20
+
+// releaseWaiting makes the pending rows of the relay's buckets that wait
+// for the broker due now, at most releaseLimit batches of them, and
+// returns how many it released. Only the relay's own buckets: their rows
+// are claimed by this relay alone, so the update waits for no other
+// relay's claim, and each relay releases its rows when it sees the broker
+// back. Key order is kept in ordered mode: next_attempt_at only says when
+// a row may go, never which row of a key goes first. A failure is logged
+// and otherwise ignored: the rows are due within MaxWaitBackoff anyway.
+func (r *Relay) releaseWaiting(ctx context.Context, why string) int64 {
+	now := time.Now().UTC()
+	owned := r.lease.usable(now, r.cfg.LeaseTTL)
+	if len(owned) == 0 || ctx.Err() != nil {
+		return 0
+	}
+	res := r.db.WithContext(ctx).Table(r.cfg.Table).
+		Where("status = ? AND last_error LIKE ? AND next_attempt_at > ?", StatusPending, waitingPrefix+"%", now).
+		Where(r.inBuckets(r.db, owned)).
+		Limit(releaseLimit*r.cfg.BatchSize).
+		Update("next_attempt_at", now)
+	if res.Error != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("cannot retry the rows waiting for the broker now; they retry on their own schedule", "why", why, "err", res.Error)
+		}
+		return 0
+	}
+	if res.RowsAffected > 0 {
+		r.log.Info("retrying the rows waiting for the broker now", "why", why, "rows", res.RowsAffected)
+	}
+	return res.RowsAffected
 }
 
 // rowsWaiting reports whether a pending row of the table waits for the
@@ -216,14 +282,28 @@ func (c *cycleResult) retryAt(now, t time.Time) {
 	}
 }
 
-// sleep waits for d, a nudge on wake (nil: none) or ctx.
-func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+// What ended a sleep.
+const (
+	wokeTimer = iota
+	wokeCtx
+	wokeNudge
+	wokeBack
+)
+
+// sleep waits for d, a nudge on wake, a broker's return on back (nil:
+// none) or ctx, and says which came first.
+func sleep(ctx context.Context, wake, back <-chan struct{}, d time.Duration) int {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return wokeCtx
 	case <-wake:
+		return wokeNudge
+	case <-back:
+		return wokeBack
 	case <-t.C:
+		return wokeTimer
 	}
 }
 

@@ -407,6 +407,9 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 		{Outbox: ob, Buckets: 16},
 		{BatchSize: -1},
 		{MinBackoff: time.Minute, MaxBackoff: time.Second},
+		{MaxWaitBackoff: -time.Second},
+		{MaxWaitBackoff: time.Hour},                                 // above the default MaxBackoff
+		{MinBackoff: time.Second, MaxWaitBackoff: time.Millisecond}, // below MinBackoff
 		{Name: strings.Repeat("n", 256)},
 		{Buckets: maxBuckets + 1},
 		{Hooks: txmsg.Hooks{"not a hook"}},
@@ -422,6 +425,19 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 	require.Equal(t, DefaultBatchSize, r.cfg.BatchSize)
 	require.Equal(t, DefaultMaxAttempts, r.cfg.MaxAttempts)
 	require.Equal(t, DefaultRetention, r.cfg.Retention)
+	require.Equal(t, DefaultMaxWaitBackoff, r.cfg.MaxWaitBackoff)
+	for _, c := range []struct {
+		cfg  RelayConfig
+		want time.Duration
+	}{
+		{RelayConfig{MaxBackoff: 2 * time.Second}, 2 * time.Second},
+		{RelayConfig{MinBackoff: 10 * time.Second}, 10 * time.Second},
+		{RelayConfig{MaxWaitBackoff: time.Minute}, time.Minute},
+	} {
+		r, err := NewRelay(db, pub, c.cfg)
+		require.NoError(t, err)
+		require.Equal(t, c.want, r.cfg.MaxWaitBackoff, "%+v", c.cfg)
+	}
 	require.Equal(t, 500, DefaultBatchSize)
 }
 

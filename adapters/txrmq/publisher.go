@@ -58,6 +58,9 @@ type Publisher struct {
 	cb   *checkBacks
 	log  *slog.Logger
 	rc   *reconnector
+	// returns tells subscribers that a broker came back
+	// (NotifyBrokerReturn); the reconnector fires it.
+	returns returnSignal
 
 	mu      sync.RWMutex
 	started bool
@@ -65,7 +68,10 @@ type Publisher struct {
 	wg      sync.WaitGroup
 }
 
-var _ txmsg.Publisher = (*Publisher)(nil)
+var (
+	_ txmsg.Publisher            = (*Publisher)(nil)
+	_ txmsg.BrokerReturnNotifier = (*Publisher)(nil)
+)
 
 // NewPublisher validates cfg and builds a plain producer. Call Start before
 // Publish. Sends made through it go out at once; there is no transaction.
@@ -246,6 +252,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 			failed += len(b.idx)
 			continue
 		}
+		p.rc.watch(p.cfg.brokerTopic(b.topic))
 		err := p.send(ctx, msgs, b.idx, b.key)
 		if err != nil && len(b.idx) > 1 && errors.Is(err, txmsg.ErrRejected) {
 			// The broker refused the batch: find out which message it
@@ -429,5 +436,25 @@ func (p *Publisher) newReconnector() *reconnector {
 	for _, topic := range p.cfg.Topics {
 		topics = append(topics, p.cfg.brokerTopic(topic))
 	}
-	return newReconnector(p.log, topics, rp, refresh)
+	rc := newReconnector(p.log, topics, rp, refresh)
+	if rc != nil {
+		rc.returned = p.returns.fire
+	}
+	return rc
+}
+
+// NotifyBrokerReturn implements [txmsg.BrokerReturnNotifier]: the channel
+// receives a value when a broker of the topics in
+// [PublisherConfig.Topics], or of a topic this Publisher has sent to,
+// accepts TCP connections again after it did not (the Publisher checks
+// every 500 ms), once the client's routes have been refreshed; and again
+// after each of the 15 refreshes, one a second, that follow while the
+// broker starts up. The outbox relay subscribes to it, so the rows that
+// wait for the broker are retried as soon as it is back.
+//
+// Without access to the client's internals (a warning at Start says so)
+// the Publisher does not watch its brokers and the channel stays silent.
+// It may be called before Start.
+func (p *Publisher) NotifyBrokerReturn() (returned <-chan struct{}, stop func()) {
+	return p.returns.subscribe()
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
@@ -23,20 +24,30 @@ import (
 //     others; and
 //   - a broker of the client's topics that did not accept connections
 //     accepts them again: it watches each one with a TCP connect per
-//     interval.
+//     interval. The topics are those it was built with and those added
+//     with watch (a Publisher adds every topic it sends to).
 //
 // A broker accepts connections some seconds before it has registered with
 // the name server and can take a heartbeat, so a return is followed by
 // followUps more refreshes, one per minGap. Refreshes run in the
-// reconnector's own goroutine, at most one per minGap.
+// reconnector's own goroutine, at most one per minGap. After the refresh
+// that a return triggers, and after each follow-up, it calls returned
+// (when set): a Publisher passes that on to the relays waiting for the
+// broker ([txmsg.BrokerReturnNotifier]).
 type reconnector struct {
-	log     *slog.Logger
-	prober  clientinternals.RouteProber
-	refresh clientinternals.Refresher
-	topics  []string
+	log      *slog.Logger
+	prober   clientinternals.RouteProber
+	refresh  clientinternals.Refresher
+	topics   []string
+	returned func()
 
 	interval, minGap, namesEvery time.Duration
 	followUps                    int
+
+	// added holds the topics given to watch; newTopic asks for a route
+	// look-up at the next tick.
+	added    sync.Map // topic → struct{}
+	newTopic atomic.Bool
 
 	kickCh chan struct{}
 	stop   chan struct{}
@@ -84,6 +95,30 @@ func (r *reconnector) kick() {
 	}
 }
 
+// watch adds topic (as the broker names it) to the topics whose brokers
+// are watched. It never blocks and is cheap for a topic already watched.
+func (r *reconnector) watch(topic string) {
+	if r == nil {
+		return
+	}
+	if _, seen := r.added.Load(topic); seen {
+		return
+	}
+	if _, seen := r.added.LoadOrStore(topic, struct{}{}); !seen {
+		r.newTopic.Store(true)
+	}
+}
+
+// watched returns the topics whose brokers are watched.
+func (r *reconnector) watched() []string {
+	topics := append([]string(nil), r.topics...)
+	r.added.Range(func(k, _ any) bool {
+		topics = append(topics, k.(string))
+		return true
+	})
+	return topics
+}
+
 // close stops the watcher and waits for a refresh in progress.
 func (r *reconnector) close() {
 	if r == nil {
@@ -101,7 +136,8 @@ func (r *reconnector) run() {
 	addrs := map[string]string{} // broker name → master address, looked up with the names
 	var lastNames, lastRefresh time.Time
 	pending := false
-	more := 0 // follow-up refreshes still due after a broker's return
+	more := 0          // follow-up refreshes still due after a broker's return
+	returning := false // the pending refresh follows a broker's return
 	for {
 		select {
 		case <-r.stop:
@@ -110,11 +146,11 @@ func (r *reconnector) run() {
 			pending = true
 		case <-t.C:
 		}
-		if time.Since(lastNames) >= r.namesEvery {
+		if r.newTopic.Swap(false) || time.Since(lastNames) >= r.namesEvery {
 			lastNames = time.Now()
 			// Names only accumulate: a broker that is down leaves the
 			// name server's routes, and it is its return that matters.
-			for _, topic := range r.topics {
+			for _, topic := range r.watched() {
 				mqs, err := r.prober.FetchSubscribeMessageQueues(topic)
 				if err != nil {
 					continue
@@ -143,18 +179,22 @@ func (r *reconnector) run() {
 			brokers[name] = !up
 			if up && wasDown {
 				r.log.Info("broker reachable again; refreshing routes and heartbeat now", "broker", name, "addr", addr)
-				pending = true
+				pending, returning = true, true
 				more = r.followUps
 			}
 		}
 		if !pending && more > 0 && time.Since(lastRefresh) >= r.minGap {
-			pending = true
+			pending, returning = true, true
 			more--
 		}
 		if pending && time.Since(lastRefresh) >= r.minGap {
 			pending = false
 			lastRefresh = time.Now()
 			r.refresh()
+			if returning && r.returned != nil {
+				r.returned()
+			}
+			returning = false
 		}
 	}
 }
@@ -166,4 +206,44 @@ func reachable(addr string, timeout time.Duration) bool {
 	}
 	_ = c.Close()
 	return true
+}
+
+// returnSignal passes a broker's return on to its subscribers
+// ([txmsg.BrokerReturnNotifier]). The zero value is ready to use.
+type returnSignal struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+}
+
+// subscribe returns a channel buffered by one that receives a value at
+// each fire, and the function that ends the subscription.
+func (s *returnSignal) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.subs == nil {
+		s.subs = map[chan struct{}]struct{}{}
+	}
+	s.subs[ch] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.subs, ch)
+			s.mu.Unlock()
+		})
+	}
+}
+
+// fire signals every subscriber without blocking: a signal still pending
+// absorbs the new one.
+func (s *returnSignal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }

@@ -56,3 +56,59 @@ func TestReconnectorNilIsANoOp(t *testing.T) {
 	r.close()
 	require.Nil(t, newReconnector(slog.Default(), nil, nil, nil))
 }
+
+// TestReconnectorSignalsReturnsOfWatchedTopicsBrokers: a reconnector built
+// without topics learns the broker of a topic given to watch; when that
+// broker stops and again accepts connections, every subscriber is
+// signalled after the refresh and after each follow-up, never after a
+// refresh asked for by a kick, and a stopped subscription is not.
+func TestReconnectorSignalsReturnsOfWatchedTopicsBrokers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	var refreshes atomic.Int32
+	var sig returnSignal
+	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, fakeProber{addr}, func() { refreshes.Add(1) })
+	r.returned = sig.fire
+	r.interval, r.minGap, r.followUps = 50*time.Millisecond, 50*time.Millisecond, 2
+	a, stopA := sig.subscribe()
+	defer stopA()
+	b, stopB := sig.subscribe()
+	stopB()
+	var signals atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-a:
+				signals.Add(1)
+			case <-time.After(5 * time.Second):
+				return
+			}
+		}
+	}()
+	r.start()
+	defer r.close()
+	r.watch("t")
+	r.watch("t") // again: no second look-up needed
+
+	r.kick()
+	require.Eventually(t, func() bool { return refreshes.Load() == 1 }, 10*time.Second, 10*time.Millisecond, "a kick refreshes")
+	require.NoError(t, ln.Close())
+	time.Sleep(300 * time.Millisecond)
+	require.Zero(t, signals.Load(), "neither a kick nor a broker going away signals")
+
+	ln, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	defer ln.Close()
+	require.Eventually(t, func() bool { return refreshes.Load() == 4 }, 10*time.Second, 10*time.Millisecond, "the return and its follow-ups refresh")
+	require.Eventually(t, func() bool { return signals.Load() >= 1 }, 10*time.Second, 10*time.Millisecond, "the return signals")
+	<-done
+	require.LessOrEqual(t, signals.Load(), int32(3), "one signal per refresh after the return at most")
+	select {
+	case <-b:
+		t.Fatal("a stopped subscription was signalled")
+	default:
+	}
+}
