@@ -7,7 +7,7 @@ export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
 export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
 
-.PHONY: test test-defaults test-compat test-cluster unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
+.PHONY: test test-defaults test-compat test-cluster test-broker-faults unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. They require a released version of the root module; the
@@ -84,6 +84,29 @@ test-cluster:
 	status=0; $(CLUSTER_ENV) TXMSG_REQUIRE_CLUSTER=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 15m \
 		-run '^TestCluster' ./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
 	$(CLUSTER_ENV) scripts/rocketmq.sh stop; exit $$status
+
+## test-broker-faults: the tests that need a broker of their own, each on a private broker (ports and store
+## of its own; the default-port broker is never touched), started and stopped here: a broker that is
+## SIGKILLed and restarted under a relay (TXMSG_BROKER_RESTART), and one that deletes its commit-log files within
+## seconds, so a new consumer group gets "not found" for its start offset (TXMSG_EXPIRING_BROKER). About 3 min.
+## Without -race, like test-cluster. See docs/testing.md.
+RESTART_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:14876 TXMSG_RMQ_BROKER_PORT=15911 TXMSG_BROKER=127.0.0.1:15911
+EXPIRING_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:16876 TXMSG_RMQ_BROKER_PORT=17911 TXMSG_BROKER=127.0.0.1:17911 \
+	TXMSG_RMQ_EXTRA_CONF=scripts/rocketmq/expiring.conf
+test-broker-faults:
+	scripts/mysql.sh start
+	$(RESTART_ENV) scripts/rocketmq.sh stop
+	$(RESTART_ENV) scripts/rocketmq.sh wipe
+	$(RESTART_ENV) scripts/rocketmq.sh start
+	status=0; $(RESTART_ENV) TXMSG_BROKER_RESTART=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
+		-run '^TestBrokerRestartWaitingRowsGoOutAtOnce$$' ./adapters/outbox/ || status=$$?; \
+	$(RESTART_ENV) scripts/rocketmq.sh stop; exit $$status
+	$(EXPIRING_ENV) scripts/rocketmq.sh stop
+	$(EXPIRING_ENV) scripts/rocketmq.sh wipe
+	$(EXPIRING_ENV) scripts/rocketmq.sh start
+	status=0; $(EXPIRING_ENV) TXMSG_EXPIRING_BROKER=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
+		-run '^TestNewGroup' ./adapters/txrmq/ || status=$$?; \
+	$(EXPIRING_ENV) scripts/rocketmq.sh stop; exit $$status
 
 ## unit: the tests that need no services (others skip).
 unit:
