@@ -255,6 +255,6 @@ func (b *bench) runB3(ctx context.Context) error {
 	if err := ob.Migrate(ctx); err != nil {
 		return err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3", "outbox_b3_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3", "outbox_b3_lease", "outbox_b3_relay")
 	return b.sendOrders(ctx, "B3", ob, "txbench_"+b.env.runID+"_b3")
 }

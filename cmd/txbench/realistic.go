@@ -184,7 +184,7 @@ func (b *bench) runB3r(ctx context.Context) error {
 	if err := ob.Migrate(ctx); err != nil {
 		return err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3r", "outbox_b3r_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b3r", "outbox_b3r_lease", "outbox_b3r_relay")
 	return b.sendWith(ctx, "B3r", ob, "txbench_"+b.env.runID+"_b3r", realisticWrite)
 }
 
