@@ -210,11 +210,12 @@ func (slowPublisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error 
 }
 
 // TestUnorderedKilledRelayChild is the relay process of
-// TestUnorderedKilledRelayHandsOver; it runs only when that test starts it.
+// TestUnorderedKilledRelayHandsOver and TestDeadRelayStopsCounting; it
+// runs only when one of them starts it.
 func TestUnorderedKilledRelayChild(t *testing.T) {
 	dsn := os.Getenv(killChildDSN)
 	if dsn == "" {
-		t.Skip("runs as a child of TestUnorderedKilledRelayHandsOver")
+		t.Skip("runs as a child of TestUnorderedKilledRelayHandsOver or TestDeadRelayStopsCounting")
 	}
 	db, err := testbed.Open(dsn)
 	require.NoError(t, err)
