@@ -34,7 +34,7 @@ test: services-up vet fmt-check wire-check
 ## and its default isolation level) instead of utf8mb4_bin. `make test` runs it too.
 DEFAULTS_PKGS := ./checker/ ./txmsg/ ./adapters/outbox/ ./adapters/txrmq/ ./internal/... ./cmd/txmsgctl/ ./examples/...
 # Tests about memory, load and crashes, which no collation changes, run in the first pass only.
-DEFAULTS_SKIP := TestRelayMemoryBounded|TestAsManyRelaysAsBuckets|TestUnorderedRelaysShareBacklog|TestBrokerOrderedHotKeyDrains|TestBrokerLongOutageNoDeadRows|TestOrderedConsumerCrashAndRebalance|TestCheckBacksDoNotPileUpWhileTheDatabaseIsSlow|TestCloseLeavesNothingRunning
+DEFAULTS_SKIP := TestRelayMemoryBounded|TestRelaysJoinOneByOne|TestUnorderedRelaysShareBacklog|TestBrokerOrderedHotKeyDrains|TestBrokerLongOutageNoDeadRows|TestOrderedConsumerCrashAndRebalance|TestCheckBacksDoNotPileUpWhileTheDatabaseIsSlow|TestCloseLeavesNothingRunning
 RUN_TEST_DEFAULTS = TXMSG_TEST_DB_DEFAULTS=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m -skip '$(DEFAULTS_SKIP)' $(DEFAULTS_PKGS)
 test-defaults: services-up
 	$(RUN_TEST_DEFAULTS)

@@ -44,3 +44,12 @@ ALTER TABLE `txmsg_outbox_lease`
 -- is built online (ALGORITHM=INPLACE), without blocking writes.
 ALTER TABLE `txmsg_outbox`
   ADD KEY `idx_outbox_bucket_due` (`status`, `bucket`, `next_attempt_at`, `id`);
+
+-- The table relays register in, so that each knows how many relays share
+-- the buckets (adapters/outbox/outbox.sql). `txmsgctl migrate` and
+-- Outbox.Migrate create it. Relays of earlier releases ignore it.
+CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
+  `name` varbinary(255) NOT NULL,
+  `seen_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -40,7 +40,8 @@ const maxBuckets = 1024
 // Config configures an [Outbox]. The zero value is usable.
 type Config struct {
 	// Table is the outbox table. Default [DefaultTable]. It must be a plain
-	// SQL identifier short enough to take the "_lease" suffix.
+	// SQL identifier short enough to take the "_lease" and "_relay"
+	// suffixes of the relays' tables.
 	Table string
 	// MaxBodySize is the largest body accepted; it should equal the broker's
 	// maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
@@ -60,7 +61,7 @@ type Config struct {
 }
 
 func validTable(what, table string) error {
-	if !store.ValidIdent(table) || !store.ValidIdent(table+leaseSuffix) {
+	if !store.ValidIdent(table) || !store.ValidIdent(table+leaseSuffix) || !store.ValidIdent(table+relaySuffix) {
 		return fmt.Errorf("%w: %s: table name %q must be a plain SQL identifier of at most %d characters",
 			txmsg.ErrInvalidConfig, what, table, 64-len(leaseSuffix))
 	}
@@ -212,17 +213,23 @@ type RelayConfig struct {
 	// Outbox's Config.Buckets. Default: Outbox's, else [DefaultBuckets].
 	//
 	// Ordered or not, relays share a table's rows through bucket leases:
-	// each relay claims only from the buckets it holds, about
-	// Buckets / relays of them, so relays added do not slow one another
-	// down; relays beyond Buckets hold none and stand by. Rows without a
+	// each relay claims only from the buckets it holds, its share of
+	// Buckets / relays or one more, so relays added do not slow one another
+	// down; relays beyond Buckets hold none and stand by. The relays count
+	// one another through the relay table, "<Table>_relay", which each
+	// writes every lease round; after relays join or leave, the spread is
+	// even again within a few lease rounds. Rows without a
 	// sharding key are spread over the buckets at random; the rows of one
 	// sharding key all sit in one bucket, so one hot key is drained by one
 	// relay at a time.
 	Buckets int
-	// LeaseTTL is how long a relay owns a bucket without renewing; a
+	// LeaseTTL is how long a relay owns a bucket without renewing, and
+	// how long a relay counts as live after its last lease round; a
 	// crashed relay's buckets move to others after it (a relay that stops
-	// releases its buckets at once). Renewal runs every
-	// LeaseTTL/3. Default [DefaultLeaseTTL] (10 s).
+	// releases its buckets and deregisters at once). A lease round runs
+	// every LeaseTTL/3: it renews the leases, gives up buckets above the
+	// relay's share and takes free ones up to it. Every relay of a table
+	// should use the same LeaseTTL. Default [DefaultLeaseTTL] (10 s).
 	LeaseTTL time.Duration
 	// SettleDelay is how old a keyed row must be before an ordered relay
 	// publishes it. It covers the moment between a row's id being assigned

@@ -24,10 +24,13 @@
 //
 // Rows are spread over buckets when inserted (by sharding key, at random
 // without one), and relays lease the buckets between them through the
-// lease table: each aims at a fair share, a relay that joins asks for
-// buckets and gets them at the owners' next lease round, a relay that
-// stops releases its buckets, and the buckets of a relay that died move
-// to the others once its leases expire ([RelayConfig.LeaseTTL]). A relay
+// lease table. Each relay registers in the relay table every lease round,
+// so all know how many relays there are and each holds its share,
+// Buckets/relays or one more: when a relay joins, those above their new
+// share give buckets up at their next lease round and it takes them at
+// its own; a relay that stops releases its buckets and deregisters; a
+// relay that died stops counting, and its buckets move to the others,
+// once its row and leases are older than [RelayConfig.LeaseTTL]. A relay
 // claims only from the buckets it holds, so relays added do not scan past
 // one another's rows.
 //

@@ -122,6 +122,22 @@ func (o *Outbox) Leases(ctx context.Context) ([]Lease, error) {
 	return out, nil
 }
 
+// Members returns the rows of the relay table, by name: the relays that
+// registered and when each last ran a lease round. A relay counts as live
+// while its row is younger than the lease TTL. It returns none when no
+// relay has registered on the table (no relay table).
+func (o *Outbox) Members(ctx context.Context) ([]Member, error) {
+	table := o.cfg.Table + relaySuffix
+	if !o.db.WithContext(ctx).Migrator().HasTable(table) {
+		return nil, nil
+	}
+	var out []Member
+	if err := o.db.WithContext(ctx).Table(table).Order("name").Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("outbox: read relays of %s: %w", table, err)
+	}
+	return out, nil
+}
+
 // SentSince counts the rows published since t: the relays' publish rate
 // over a window. Sent rows purged meanwhile are not counted.
 func (o *Outbox) SentSince(ctx context.Context, t time.Time) (int64, error) {

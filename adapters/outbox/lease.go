@@ -2,11 +2,13 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -21,6 +23,13 @@ type leaseState struct {
 	ready bool
 	// cursor is the bucket an unordered claim starts from.
 	cursor int
+	// registered means this relay has a row in the relay table, which it
+	// deletes when Run returns; unregistered means the relay table was
+	// missing at the last round (a warning was logged).
+	registered, unregistered bool
+	// members and share are the live relays and this relay's share of the
+	// buckets at the last round.
+	members, share int
 }
 
 // usable returns the owned buckets whose lease has more than a quarter of
@@ -39,15 +48,35 @@ func (l *leaseState) usable(now time.Time, ttl time.Duration) []int {
 
 func (r *Relay) leaseTable() string { return r.cfg.Table + leaseSuffix }
 
-// maintainLeases runs a lease round when one is due. Each relay aims at a
-// fair share, ceil(buckets / live relays): it renews what it holds, hands
-// a bucket over to a relay that asked for it when it holds more than its
-// share, takes expired or free buckets, and, when still short, asks the
-// busiest owners holding at least their share for buckets by writing its
-// name into wanted_by. A relay
-// counts as live while it holds a lease or renews an ask; an ask not
-// renewed within LeaseTTL belongs to a relay presumed dead and is ignored,
-// or it would shrink everyone's fair share and leave buckets unowned.
+func (r *Relay) relayTable() string { return r.cfg.Table + relaySuffix }
+
+// forgetAfter is how many lease TTLs after its last round the row of a
+// relay that died without deregistering is deleted from the relay table.
+// Long after it stopped counting, it is only clutter.
+const forgetAfter = 10
+
+// maintainLeases runs a lease round when one is due.
+//
+// The relay first registers: it writes its name and the time into the
+// relay table. The live relays are those the relay table has seen within
+// LeaseTTL, the holders of unexpired leases and the relays with a fresh
+// ask (wanted_by), the last two so that relays of earlier releases, which
+// do not register, still count. Every relay thus knows at its next round
+// how many relays there are, and the buckets are divided exactly: each
+// relay's share is Buckets / live relays, and the remainder goes one each
+// to the relays holding the most buckets (ties by name), so an even spread
+// stays as it is (see shares).
+//
+// Then the relay renews the leases it holds up to its share and gives up
+// the rest, handing each to a relay that asked for it and is short of its
+// share, or freeing it; it does so between batches, holding no lock in the
+// bucket. It takes expired or free buckets up to its share, and when still
+// short asks owners at or above their share for buckets by writing its
+// name into wanted_by (the busiest first): owners above their share hand
+// them over at their next round; an ask of an owner at its share moves
+// nothing but makes this relay visible to relays of earlier releases.
+// An ask not renewed within LeaseTTL belongs to a relay presumed dead and
+// is ignored. A relay at its share withdraws its asks.
 func (r *Relay) maintainLeases(ctx context.Context) error {
 	now := time.Now().UTC()
 	if now.Before(r.lease.next) {
@@ -62,6 +91,10 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		}
 		r.lease.ready = true
 	}
+	seen, err := r.register(ctx, now)
+	if err != nil {
+		return err
+	}
 	var all []Lease
 	if err := db.Where("bucket < ?", r.cfg.Buckets).Order("bucket").Find(&all).Error; err != nil {
 		return fmt.Errorf("outbox: read leases: %w", err)
@@ -71,7 +104,13 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 	staleAsk := now.Add(-r.cfg.LeaseTTL)
 	fresh := func(l Lease) bool { return l.WantedBy != "" && l.WantedAt.After(staleAsk) }
 	members := map[string]bool{self: true}
+	for _, m := range seen {
+		if m.SeenAt.After(staleAsk) {
+			members[m.Name] = true
+		}
+	}
 	held := map[string]int{}
+	asking := false
 	for _, l := range all {
 		if l.Owner != "" && l.ExpiresAt.After(now) {
 			members[l.Owner] = true
@@ -80,46 +119,79 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		if fresh(l) {
 			members[l.WantedBy] = true
 		}
+		asking = asking || l.WantedBy == self
 	}
-	fair := (r.cfg.Buckets + len(members) - 1) / len(members)
+	share := shares(r.cfg.Buckets, members, held)
+	if len(members) != r.lease.members || share[self] != r.lease.share {
+		r.log.Debug("fair share", "relays", len(members), "share", share[self])
+		r.lease.members, r.lease.share = len(members), share[self]
+	}
 	expires := now.Add(r.cfg.LeaseTTL)
-	owned := map[int]time.Time{}
-	var free, others []Lease
+	var mine, free, others []Lease
 	for _, l := range all {
 		switch {
 		case l.Owner == self:
-			if fresh(l) && l.WantedBy != self && held[self] > fair {
-				// Hand over between batches: this relay holds no lock in the
-				// bucket now.
-				res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).
-					Updates(map[string]any{"owner": l.WantedBy, "expires_at": expires, "wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()})
-				if res.Error != nil {
-					return fmt.Errorf("outbox: hand bucket %d over: %w", l.Bucket, res.Error)
-				}
-				held[self]--
-				r.log.Info("bucket handed over", "bucket", l.Bucket, "to", l.WantedBy)
-				continue
-			}
-			renew := map[string]any{"expires_at": expires}
-			if l.WantedBy != "" && !fresh(l) {
-				renew["wanted_by"] = "" // a dead relay's ask
-			}
-			res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).Updates(renew)
-			if res.Error != nil {
-				return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, res.Error)
-			}
-			if res.RowsAffected == 1 {
-				owned[l.Bucket] = expires
-			}
+			mine = append(mine, l)
 		case l.Owner == "" || !l.ExpiresAt.After(now):
 			free = append(free, l)
 		default:
 			others = append(others, l)
 		}
 	}
+	// shortAsker reports whether a fresh ask for l comes from a relay that
+	// is short of its share.
+	shortAsker := func(l Lease) bool {
+		return fresh(l) && l.WantedBy != self && held[l.WantedBy] < share[l.WantedBy]
+	}
+	// Give up the buckets beyond this relay's share, those a short relay
+	// asked for first.
+	rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+	sort.SliceStable(mine, func(i, j int) bool { return shortAsker(mine[i]) && !shortAsker(mine[j]) })
+	excess := len(mine) - share[self]
+	owned := map[int]time.Time{}
+	for _, l := range mine {
+		if excess > 0 {
+			excess--
+			// Between batches: this relay holds no lock in the bucket now.
+			if shortAsker(l) {
+				res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).
+					Updates(map[string]any{"owner": l.WantedBy, "expires_at": expires, "wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()})
+				if res.Error != nil {
+					return fmt.Errorf("outbox: hand bucket %d over: %w", l.Bucket, res.Error)
+				}
+				if res.RowsAffected == 1 {
+					held[l.WantedBy]++
+					r.leaseMoves.Add(1)
+					r.log.Info("bucket handed over", "bucket", l.Bucket, "to", l.WantedBy, "share", share[self])
+				}
+				continue
+			}
+			res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).
+				Updates(map[string]any{"owner": "", "expires_at": time.Unix(0, 0).UTC(), "wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()})
+			if res.Error != nil {
+				return fmt.Errorf("outbox: release bucket %d: %w", l.Bucket, res.Error)
+			}
+			if res.RowsAffected == 1 {
+				r.leaseMoves.Add(1)
+				r.log.Info("bucket released: above this relay's share", "bucket", l.Bucket, "share", share[self], "relays", len(members))
+			}
+			continue
+		}
+		renew := map[string]any{"expires_at": expires}
+		if l.WantedBy != "" && !fresh(l) {
+			renew["wanted_by"] = "" // a dead relay's ask
+		}
+		res := db.Where("bucket = ? AND owner = ?", l.Bucket, self).Updates(renew)
+		if res.Error != nil {
+			return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, res.Error)
+		}
+		if res.RowsAffected == 1 {
+			owned[l.Bucket] = expires
+		}
+	}
 	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
 	for _, l := range free {
-		if len(owned) >= fair {
+		if len(owned) >= share[self] {
 			break
 		}
 		res := db.Where("bucket = ? AND (owner = '' OR expires_at <= ?)", l.Bucket, now).
@@ -132,18 +204,20 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 			r.log.Debug("bucket acquired", "bucket", l.Bucket, "previous_owner", l.Owner)
 		}
 	}
-	if short := fair - len(owned); short > 0 {
-		// Ask the owners holding the most buckets, beyond their share
+	short := share[self] - len(owned)
+	if short > 0 {
+		// Ask the owners holding the most buckets beyond their share
 		// first. An ask of an owner holding just its share moves nothing,
-		// but it keeps this relay counted as live: a relay that owns
-		// nothing and asks nothing is invisible to the others, and with
-		// enough of them the others' fair share stays too large.
-		sort.SliceStable(others, func(i, j int) bool { return held[others[i].Owner] > held[others[j].Owner] })
+		// but it keeps this relay counted as live by relays of earlier
+		// releases, which do not read the relay table.
+		sort.SliceStable(others, func(i, j int) bool {
+			return held[others[i].Owner]-share[others[i].Owner] > held[others[j].Owner]-share[others[j].Owner]
+		})
 		for _, l := range others {
 			if short == 0 {
 				break
 			}
-			if held[l.Owner] < fair {
+			if held[l.Owner] < share[l.Owner] {
 				continue
 			}
 			// A new ask, a renewal of this relay's own, or one replacing a
@@ -158,10 +232,98 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 				short--
 			}
 		}
+	} else if asking {
+		// At its share: asks left from earlier rounds would only make an
+		// owner hand over a bucket this relay does not need.
+		res := db.Where("bucket < ? AND wanted_by = ?", r.cfg.Buckets, self).
+			Updates(map[string]any{"wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()})
+		if res.Error != nil {
+			return fmt.Errorf("outbox: withdraw asks: %w", res.Error)
+		}
 	}
+	r.forget(ctx, seen, now)
 	r.lease.owned = owned
 	r.lease.next = now.Add(r.cfg.LeaseTTL / 3)
+	r.leaseRounds.Add(1)
 	return nil
+}
+
+// shares divides buckets between the live relays: each gets
+// buckets / relays, and the remainder goes one each to the relays holding
+// the most buckets now, ties broken by name. Every relay computes the same
+// shares from the same rows, the shares add up to buckets, and a spread
+// that is already even is left as it is.
+func shares(buckets int, members map[string]bool, held map[string]int) map[string]int {
+	names := make([]string, 0, len(members))
+	for n := range members {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if held[names[i]] != held[names[j]] {
+			return held[names[i]] > held[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	base, extra := buckets/len(names), buckets%len(names)
+	out := make(map[string]int, len(names))
+	for i, n := range names {
+		out[n] = base
+		if i < extra {
+			out[n]++
+		}
+	}
+	return out
+}
+
+// register writes this relay's row into the relay table and returns the
+// table's rows. While the relay table does not exist (tables of an earlier
+// release that Migrate has not updated yet) it warns once and returns
+// none: the relays are then counted from the lease rows alone, as earlier
+// releases do.
+func (r *Relay) register(ctx context.Context, now time.Time) ([]Member, error) {
+	db := r.db.WithContext(ctx).Table(r.relayTable()).Session(&gorm.Session{})
+	err := db.Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "name"}},
+		DoUpdates: clause.AssignmentColumns([]string{"seen_at"}),
+	}).Create(&Member{Name: r.cfg.Name, SeenAt: now}).Error
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == errNoSuchTable:
+		if !r.lease.unregistered {
+			r.log.Warn("the relay table is missing; run Outbox.Migrate (or txmsgctl migrate). Until then relays are counted from the lease table alone, and leases spread slowly over many relays",
+				"relay_table", r.relayTable())
+		}
+		r.lease.unregistered = true
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("outbox: register in %s: %w", r.relayTable(), err)
+	}
+	r.lease.unregistered = false
+	r.lease.registered = true
+	var seen []Member
+	if err := db.Find(&seen).Error; err != nil {
+		return nil, fmt.Errorf("outbox: read %s: %w", r.relayTable(), err)
+	}
+	return seen, nil
+}
+
+// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE.
+const errNoSuchTable = 1146
+
+// forget deletes the rows of relays not seen for forgetAfter lease TTLs:
+// relays that died without deregistering. A failure only leaves them for
+// a later round.
+func (r *Relay) forget(ctx context.Context, seen []Member, now time.Time) {
+	cutoff := now.Add(-forgetAfter * r.cfg.LeaseTTL)
+	for _, m := range seen {
+		if m.SeenAt.Before(cutoff) {
+			err := r.db.WithContext(ctx).Table(r.relayTable()).Where("seen_at < ?", cutoff).Delete(&Member{}).Error
+			if err != nil {
+				r.log.Warn("cannot delete the rows of relays long gone", "err", err, "relay_table", r.relayTable())
+			}
+			return
+		}
+	}
 }
 
 // ensureLeaseRows creates the lease rows of buckets [0, Buckets) and
@@ -192,18 +354,26 @@ func (r *Relay) ensureLeaseRows(ctx context.Context) error {
 	return nil
 }
 
-// releaseLeases gives up this relay's buckets when Run stops, so other
-// relays take them at their next lease round instead of after the TTL.
+// releaseLeases gives up this relay's buckets and deletes its row from
+// the relay table when Run stops, so other relays take the buckets at
+// their next lease round instead of after the TTL, and count one relay
+// fewer at once.
 func (r *Relay) releaseLeases(ctx context.Context) {
-	if len(r.lease.owned) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err := r.db.WithContext(ctx).Table(r.leaseTable()).Where("owner = ?", r.cfg.Name).
-		Updates(map[string]any{"owner": "", "expires_at": time.Unix(0, 0).UTC()}).Error
-	if err != nil {
-		r.log.Warn("cannot release bucket leases; other relays take them when they expire", "err", err, "ttl", r.cfg.LeaseTTL)
+	if len(r.lease.owned) > 0 {
+		err := r.db.WithContext(ctx).Table(r.leaseTable()).Where("owner = ?", r.cfg.Name).
+			Updates(map[string]any{"owner": "", "expires_at": time.Unix(0, 0).UTC()}).Error
+		if err != nil {
+			r.log.Warn("cannot release bucket leases; other relays take them when they expire", "err", err, "ttl", r.cfg.LeaseTTL)
+		}
+		r.lease.owned = map[int]time.Time{}
 	}
-	r.lease.owned = map[int]time.Time{}
+	if r.lease.registered {
+		err := r.db.WithContext(ctx).Table(r.relayTable()).Where("name = ?", r.cfg.Name).Delete(&Member{}).Error
+		if err != nil {
+			r.log.Warn("cannot deregister; other relays stop counting this one after the lease TTL", "err", err, "ttl", r.cfg.LeaseTTL)
+		}
+		r.lease.registered = false
+	}
 }

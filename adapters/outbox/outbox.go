@@ -45,9 +45,10 @@ func New(db *gorm.DB, cfg Config) (*Outbox, error) {
 // Table returns the outbox table's name.
 func (o *Outbox) Table() string { return o.cfg.Table }
 
-// Migrate creates or updates the outbox table and its lease table with
-// gorm's AutoMigrate. outbox.sql holds the same tables as DDL for
-// migration tools.
+// Migrate creates or updates the outbox table and the relays' lease and
+// relay tables with gorm's AutoMigrate. outbox.sql holds the same tables
+// as DDL for migration tools. Tables of earlier releases get what they
+// lack: the relay table, the index idx_outbox_bucket_due.
 func (o *Outbox) Migrate(ctx context.Context) error {
 	return migrate(ctx, o.db, o.cfg.Table, o.log)
 }
@@ -56,7 +57,7 @@ func migrate(ctx context.Context, db *gorm.DB, table string, log *slog.Logger) e
 	for _, t := range []struct {
 		name  string
 		model any
-	}{{table, &Row{}}, {table + leaseSuffix, &Lease{}}} {
+	}{{table, &Row{}}, {table + leaseSuffix, &Lease{}}, {table + relaySuffix, &Member{}}} {
 		converted, err := store.Migrate(ctx, db, t.name, t.model)
 		if len(converted) > 0 && log != nil {
 			log.Warn("converted identifier columns to binary: IDs now compare byte for byte", "migrated_table", t.name, "columns", converted)

@@ -1,5 +1,5 @@
--- txmsg local-table mode: the outbox table and the lease table of the
--- relays, for MySQL 8 / MariaDB >= 10.6 (SKIP LOCKED). This is what
+-- txmsg local-table mode: the outbox table and the lease and relay tables
+-- of the relays, for MySQL 8 / MariaDB >= 10.6 (SKIP LOCKED). This is what
 -- outbox.(*Outbox).Migrate creates with the default table name. Keep the two
 -- in step (TestMigrateMatchesSQL checks it). For another table name, replace
 -- txmsg_outbox everywhere.
@@ -41,4 +41,15 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox_lease` (
   `wanted_by` varbinary(255) NOT NULL DEFAULT '',
   `wanted_at` datetime(6) NOT NULL DEFAULT '1970-01-01 00:00:01.000000',
   PRIMARY KEY (`bucket`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- One row per running relay, written every lease round (LeaseTTL/3) and
+-- deleted when the relay stops. The rows seen within LeaseTTL are the
+-- live relays that share the buckets. Rows of relays that died are deleted
+-- 10 x LeaseTTL after their last round. Relays of releases before this
+-- table neither read nor write it.
+CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
+  `name` varbinary(255) NOT NULL,
+  `seen_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

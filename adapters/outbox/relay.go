@@ -29,6 +29,9 @@ type Relay struct {
 
 	running atomic.Bool
 	lease   leaseState // touched only by Run's goroutine
+	// leaseRounds counts the lease rounds run, and leaseMoves the buckets
+	// this relay handed over or released for being above its share.
+	leaseRounds, leaseMoves atomic.Int64
 
 	// cycle counts what the marks of the current cycle saw, and outage
 	// how long the broker has been failing this relay; both are touched
@@ -110,8 +113,8 @@ func (r *Relay) Name() string { return r.cfg.Name }
 // wait for the broker as soon as it signals a broker's return. On cancellation a
 // batch being published is finished and marked (within PublishTimeout); a
 // batch not yet published is abandoned, its transaction rolled back and its
-// rows left pending. Run releases its bucket leases on the way out so
-// other relays take over at once.
+// rows left pending. Run releases its bucket leases and deletes its row of
+// the relay table on the way out, so other relays take over at once.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("outbox: relay %s is already running", r.cfg.Name)

@@ -14,11 +14,17 @@ import (
 )
 
 // DefaultTable is the outbox table's default name. The lease table of
-// relays is named after it with a "_lease" suffix.
+// relays is named after it with a "_lease" suffix, and the table the
+// relays register in with a "_relay" suffix.
 const DefaultTable = "txmsg_outbox"
 
-// leaseSuffix names the lease table after the outbox table.
-const leaseSuffix = "_lease"
+// leaseSuffix names the lease table after the outbox table, and
+// relaySuffix the relay table. They have the same length, which
+// validTable relies on.
+const (
+	leaseSuffix = "_lease"
+	relaySuffix = "_relay"
+)
 
 // Status is the state of an outbox row.
 type Status string
@@ -92,6 +98,18 @@ type Lease struct {
 	// WantedAt is when WantedBy last renewed its ask. An ask older than
 	// the lease TTL is stale: its relay is presumed dead and is ignored.
 	WantedAt time.Time `gorm:"precision:6;not null;default:'1970-01-01 00:00:01'"`
+}
+
+// Member is one row of the relay table: a relay of the outbox table and
+// when it last ran a lease round. Each relay writes its row every lease
+// round and deletes it when Run returns; relays count as live the rows
+// seen within the lease TTL, which sets everyone's fair share of the
+// buckets. Relay names are VARBINARY, as in [Lease].
+type Member struct {
+	// Name is the relay's name (RelayConfig.Name).
+	Name string `gorm:"type:varbinary(255);size:255;primaryKey;not null"`
+	// SeenAt is when the relay last ran a lease round, by its own clock.
+	SeenAt time.Time `gorm:"precision:6;not null"`
 }
 
 // Column limits the message must fit, beyond txmsg's own rules.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/internal/testbed"
@@ -211,11 +210,12 @@ func (slowPublisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error 
 }
 
 // TestUnorderedKilledRelayChild is the relay process of
-// TestUnorderedKilledRelayHandsOver; it runs only when that test starts it.
+// TestUnorderedKilledRelayHandsOver and TestDeadRelayStopsCounting; it
+// runs only when one of them starts it.
 func TestUnorderedKilledRelayChild(t *testing.T) {
 	dsn := os.Getenv(killChildDSN)
 	if dsn == "" {
-		t.Skip("runs as a child of TestUnorderedKilledRelayHandsOver")
+		t.Skip("runs as a child of TestUnorderedKilledRelayHandsOver or TestDeadRelayStopsCounting")
 	}
 	db, err := testbed.Open(dsn)
 	require.NoError(t, err)
@@ -264,29 +264,33 @@ func TestMigrateAddsBucketDueIndex(t *testing.T) {
 }
 
 // TestAsManyRelaysAsBuckets: sixteen relays start together on sixteen
-// buckets and each ends up owning one. A relay that owns nothing must
-// still count as a member, or the others compute too large a fair share
-// and keep two buckets each while it waits forever.
+// buckets and each ends up owning one within a few lease rounds. Every
+// relay registers in the relay table at its first round, so at its second
+// each knows there are sixteen: the first relays, which took many buckets
+// while they saw few others, give the excess up, and the others take it.
 func TestAsManyRelaysAsBuckets(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	pub := newMemPublisher()
+	const ttl = time.Second
+	var relays []*Relay
+	var names []string
 	for i := range DefaultBuckets {
-		start(t, e.relay(pub, RelayConfig{Name: fmt.Sprintf("r%02d", i), LeaseTTL: time.Second}))
+		name := fmt.Sprintf("r%02d", i)
+		r := e.relay(pub, RelayConfig{Name: name, LeaseTTL: ttl})
+		relays, names = append(relays, r), append(names, name)
 	}
-	var last map[string]int
-	if !assert.Eventually(t, func() bool {
-		last = e.owners()
-		if len(last) != DefaultBuckets {
-			return false
-		}
-		for _, n := range last {
-			if n != 1 {
-				return false
-			}
-		}
-		return true
-	}, 2*time.Minute, 100*time.Millisecond) {
-		t.Fatalf("not one bucket each: %v", last)
+	for _, r := range relays {
+		start(t, r)
 	}
+	// The window (60 lease rounds) is generous for a loaded machine; the
+	// rounds are what the test checks.
+	e.waitEven(names, 20*ttl, "sixteen relays started together")
+	took := maxSince(relays, make([]int64, len(relays)))
+	var moved int64
+	for _, r := range relays {
+		moved += r.leaseMoves.Load()
+	}
+	t.Logf("one bucket each after %d lease rounds; %d buckets handed over or released", took, moved)
+	require.LessOrEqual(t, took, int64(maxSpreadRounds), "lease rounds to one bucket each")
 }

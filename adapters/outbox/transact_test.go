@@ -237,7 +237,7 @@ func TestMigrateMatchesSQL(t *testing.T) {
 	require.NoError(t, ob.Migrate(context.Background()))
 	require.NoError(t, ob.Migrate(context.Background()), "Migrate is idempotent")
 
-	for _, table := range []string{DefaultTable, DefaultTable + leaseSuffix} {
+	for _, table := range []string{DefaultTable, DefaultTable + leaseSuffix, DefaultTable + relaySuffix} {
 		require.Equal(t, describe(t, fromSQL, table), describe(t, fromGorm, table), table)
 	}
 }

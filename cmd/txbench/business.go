@@ -275,6 +275,6 @@ func (b *bench) runB3(ctx context.Context, w workload) error {
 	if err := ob.Migrate(ctx); err != nil {
 		return err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease", table+"_relay")
 	return b.sendOrders(ctx, w, "B3", ob, "txbench_"+b.env.runID+"_"+id)
 }

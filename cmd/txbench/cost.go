@@ -217,7 +217,7 @@ func (b *bench) costCases(ctx context.Context, db *gorm.DB) (map[string]any, err
 	if err := ob.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_cost", "outbox_cost_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_cost", "outbox_cost_lease", "outbox_cost_relay")
 	chk, err := checker.New(db, checker.Config{Table: "barrier_cost", Logger: b.log})
 	if err != nil {
 		return nil, err
@@ -447,7 +447,7 @@ func (b *bench) rowSizes(ctx context.Context) (map[string]any, error) {
 	if err := inbox.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "size_outbox", "size_outbox_lease", "size_barrier", "size_barrier_horizon", "size_inbox", "size_dead")
+	defer b.env.dropTable(context.WithoutCancel(ctx), "size_outbox", "size_outbox_lease", "size_outbox_relay", "size_barrier", "size_barrier_horizon", "size_inbox", "size_dead")
 	group := b.env.group("consumer")
 	topic := "txbench_" + b.env.runID + "_b3"
 	orders, err := txmsg.NewProducer(ob, txmsg.Topic[OrderCreated]{Name: topic})

@@ -96,7 +96,7 @@ func (b *bench) drain(ctx context.Context, label, purpose string, n, relays int)
 		return nil, err
 	}
 	table := "outbox_" + purpose
-	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease", table+"_relay")
 	if err := b.fillBacklog(ctx, label, table, topic, n); err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func (b *bench) runB5(ctx context.Context) error {
 	if err := ob.Migrate(ctx); err != nil {
 		return err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b5", "outbox_b5_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b5", "outbox_b5_lease", "outbox_b5_relay")
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
 		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b5"), Logger: b.log},
 		Topics: []string{topic},

@@ -89,7 +89,7 @@ func (b *bench) scaleDrain(ctx context.Context, label, purpose string, n int) (f
 		return 0, err
 	}
 	table := "outbox_" + purpose
-	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease")
+	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease", table+"_relay")
 	if err := b.fillBacklog(ctx, label, table, topic, b.cfg.Backlog); err != nil {
 		return 0, err
 	}

@@ -48,7 +48,7 @@ func newFlags(e *env, name, synopsis string) (*flag.FlagSet, *common) {
 	fs.StringVar(&c.barrierTable, "barrier-table", checker.DefaultTable, "barrier table")
 	fs.StringVar(&c.inboxTable, "inbox-table", txmsg.DefaultInboxTable, "inbox table")
 	fs.StringVar(&c.deadLetterTable, "dead-letter-table", txmsg.DefaultDeadLetterTable, "dead-letter table of parked messages")
-	fs.StringVar(&c.outboxTable, "outbox-table", outbox.DefaultTable, "outbox table (its lease table is <name>_lease)")
+	fs.StringVar(&c.outboxTable, "outbox-table", outbox.DefaultTable, "outbox table (its relays' tables are <name>_lease and <name>_relay)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.BoolVar(&c.verbose, "v", false, "log what the components do (debug level)")
 	return fs, c

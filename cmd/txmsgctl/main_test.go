@@ -102,7 +102,7 @@ func TestAdminEndToEnd(t *testing.T) {
 
 	r = ctl(t, vars, "migrate")
 	require.Equal(t, exitOK, r.code, r)
-	for _, table := range []string{"txmsg_barrier", "txmsg_inbox", "txmsg_dead_letter", "txmsg_outbox", "txmsg_outbox_lease"} {
+	for _, table := range []string{"txmsg_barrier", "txmsg_inbox", "txmsg_dead_letter", "txmsg_outbox", "txmsg_outbox_lease", "txmsg_outbox_relay"} {
 		require.True(t, db.Migrator().HasTable(table), table)
 		require.Contains(t, r.stdout, table)
 	}
@@ -110,6 +110,7 @@ func TestAdminEndToEnd(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r)
 	require.True(t, db.Migrator().HasTable("orders_outbox"))
 	require.True(t, db.Migrator().HasTable("orders_outbox_lease"))
+	require.True(t, db.Migrator().HasTable("orders_outbox_relay"))
 	require.Equal(t, testbed.Shape(t, db, "txmsg_outbox").Columns, testbed.Shape(t, db, "orders_outbox").Columns)
 	r = ctl(t, vars, "migrate", "-only", "queue")
 	require.Equal(t, exitUsage, r.code, r)

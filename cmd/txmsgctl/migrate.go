@@ -13,7 +13,7 @@ var migrateParts = []string{"barrier", "inbox", "outbox"}
 
 func cmdMigrate(ctx context.Context, e *env, args []string) error {
 	fs, c := newFlags(e, "migrate", "migrate [flags]")
-	only := fs.String("only", strings.Join(migrateParts, ","), "tables to create: barrier (transactional mode), inbox (consumers: inbox and dead-letter tables), outbox (local-table mode: outbox and lease tables)")
+	only := fs.String("only", strings.Join(migrateParts, ","), "tables to create: barrier (transactional mode), inbox (consumers: inbox and dead-letter tables), outbox (local-table mode: outbox, lease and relay tables)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func cmdMigrate(ctx context.Context, e *env, args []string) error {
 			in, dl := k.inbox.Tables()
 			tables = []string{in, dl}
 		case "outbox":
-			tables = []string{k.ob.Table(), k.ob.Table() + "_lease"}
+			tables = []string{k.ob.Table(), k.ob.Table() + "_lease", k.ob.Table() + "_relay"}
 		}
 		before, err := k.columnTypes(ctx, tables)
 		if err != nil {

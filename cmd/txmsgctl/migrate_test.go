@@ -17,7 +17,7 @@ import (
 )
 
 // allTables are the tables "txmsgctl migrate" manages by default.
-var allTables = []string{"txmsg_barrier", "txmsg_inbox", "txmsg_dead_letter", "txmsg_outbox", "txmsg_outbox_lease"}
+var allTables = []string{"txmsg_barrier", "txmsg_inbox", "txmsg_dead_letter", "txmsg_outbox", "txmsg_outbox_lease", "txmsg_outbox_relay"}
 
 // binaryColumns are the identifier columns that compare byte for byte.
 var binaryColumns = []string{
