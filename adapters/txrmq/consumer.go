@@ -118,6 +118,13 @@ func (c *ConsumerConfig) validate() error {
 // Handlers run concurrently and a failed message comes back after later
 // ones, so Consumer keeps no per-key order; [OrderedConsumer] does.
 //
+// After Start it watches the brokers of its topics. When one accepts
+// connections again after being unreachable, the consumer refreshes routes,
+// heartbeat and queue assignment at once, and re-creates its queues of that
+// broker whose pull was in flight when it died (the client would otherwise
+// wait out that pull's 30 s timeout); messages those queues were handling
+// are delivered again, and the inbox drops the copies of committed ones.
+//
 // Topics must exist before Start.
 type Consumer struct {
 	cfg    ConsumerConfig

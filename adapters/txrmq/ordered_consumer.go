@@ -143,6 +143,10 @@ func (c *OrderedConsumerConfig) validate() error {
 // A new group starts at the end of each queue, like [Consumer], and Start
 // writes that start to the broker before it returns (see
 // [ConsumerConfig]). Topics must exist before Start.
+//
+// Like [Consumer], it watches its brokers and, when one comes back, gives
+// up and takes again at once its queues of that broker whose pull was in
+// flight when it died, as if they had moved away and back.
 type OrderedConsumer struct {
 	cfg    OrderedConsumerConfig
 	inbox  *txmsg.Inbox
