@@ -37,10 +37,10 @@ import (
 //
 // Before the refresh that follows a broker's return it calls stuck (when
 // set) with each returned broker's name and the time it was first seen
-// unreachable: a push consumer then expires the pulls it sent to that
-// broker before then, which the client would otherwise wait out for 30 s
-// (clientinternals.ExpirePulls), so that the refresh's rebalance re-creates
-// their queues.
+// unreachable: a consumer then has the refresh's rebalance re-create its
+// queues of that broker whose pull was sent before then, which the client
+// would otherwise wait out for 30 s (clientinternals.ExpirePulls for a push
+// consumer, clientinternals.RequeueStuck for a pull consumer).
 type reconnector struct {
 	log      *slog.Logger
 	prober   clientinternals.RouteProber
