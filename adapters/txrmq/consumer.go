@@ -8,7 +8,9 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
@@ -116,6 +118,13 @@ func (c *ConsumerConfig) validate() error {
 // Handlers run concurrently and a failed message comes back after later
 // ones, so Consumer keeps no per-key order; [OrderedConsumer] does.
 //
+// After Start it watches the brokers of its topics. When one accepts
+// connections again after being unreachable, the consumer refreshes routes,
+// heartbeat and queue assignment at once, and re-creates its queues of that
+// broker whose pull was in flight when it died (the client would otherwise
+// wait out that pull's 30 s timeout); messages those queues were handling
+// are delivered again, and the inbox drops the copies of committed ones.
+//
 // Topics must exist before Start.
 type Consumer struct {
 	cfg    ConsumerConfig
@@ -125,6 +134,10 @@ type Consumer struct {
 	pc     rmq.PushConsumer
 	sem    chan struct{}
 	rc     *reconnector
+	// requeued counts the queues marked, at a broker's return, for
+	// re-creation by the next rebalance because their pull was in flight
+	// when the broker died.
+	requeued atomic.Int64
 
 	// handlerCtx parents every handler's context. It is the consumer's own
 	// lifetime, not a caller's context: Close cancels it when its caller
@@ -260,8 +273,46 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	c.started = true
 	c.rc = watchConsumerBrokers(c.pc, c.log, c.brokerTopics())
+	if c.rc != nil {
+		c.rc.stuck = expireStuckPulls(c.pc, c.log, &c.requeued)
+	}
 	c.rc.start()
 	return nil
+}
+
+// expireStuckPulls returns what a push consumer's reconnector calls when
+// brokers came back: the queues whose pull was sent to one of them before
+// it was seen gone are marked as expired (clientinternals.ExpirePulls), so
+// that the rebalance which follows re-creates them with a pull at once,
+// instead of after the 30 s the client waits for an answer a dead
+// connection never brings (and 3 s more). It returns nil, after a warning,
+// when the client's internals are out of reach: such queues then pull
+// again about 33 s after the broker died.
+func expireStuckPulls(pc any, log *slog.Logger, count *atomic.Int64) func(map[string]time.Time) {
+	if _, err := clientinternals.ExpirePulls(pc, map[string]time.Time{"": {}}); err != nil {
+		log.Warn("cannot expire pulls lost with a broker; after a broker restart its queues pull again about 33 s after it died", "err", err)
+		return nil
+	}
+	return func(stuck map[string]time.Time) {
+		n, err := clientinternals.ExpirePulls(pc, stuck)
+		if err != nil {
+			log.Warn("expiring pulls lost with a broker", "err", err)
+		}
+		if n > 0 {
+			count.Add(int64(n))
+			log.Info("broker back; re-creating the queues whose pull was lost with it", "brokers", brokerNames(stuck), "queues", n)
+		}
+	}
+}
+
+// brokerNames returns the keys of stuck, sorted.
+func brokerNames(stuck map[string]time.Time) []string {
+	names := make([]string, 0, len(stuck))
+	for name := range stuck {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // startWithin runs a consumer's start, whose client calls take no

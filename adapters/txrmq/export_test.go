@@ -78,3 +78,23 @@ func (p *Publisher) BrokerOffsets(ctx context.Context, group, topic, fallback st
 	})
 	return out, nil
 }
+
+// QueuesExpired is how many queues the consumer marked, at a broker's
+// return, for re-creation because their pull was in flight when the broker
+// died.
+func (c *Consumer) QueuesExpired() int64 { return c.requeued.Load() }
+
+// PendingRequests returns the request numbers the consumer's client still
+// waits an answer for.
+func (c *Consumer) PendingRequests() ([]int32, error) { return clientinternals.PendingRequests(c.pc) }
+
+// QueuesRequeued is how many queues the ordered consumer gave up, at a
+// broker's return, for re-creation because their pull was in flight when
+// the broker died.
+func (c *OrderedConsumer) QueuesRequeued() int64 { return c.requeued.Load() }
+
+// PendingRequests returns the request numbers the ordered consumer's
+// client still waits an answer for.
+func (c *OrderedConsumer) PendingRequests() ([]int32, error) {
+	return clientinternals.PendingRequests(c.pc)
+}

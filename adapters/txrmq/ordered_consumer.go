@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
@@ -142,6 +143,10 @@ func (c *OrderedConsumerConfig) validate() error {
 // A new group starts at the end of each queue, like [Consumer], and Start
 // writes that start to the broker before it returns (see
 // [ConsumerConfig]). Topics must exist before Start.
+//
+// Like [Consumer], it watches its brokers and, when one comes back, gives
+// up and takes again at once its queues of that broker whose pull was in
+// flight when it died, as if they had moved away and back.
 type OrderedConsumer struct {
 	cfg    OrderedConsumerConfig
 	inbox  *txmsg.Inbox
@@ -151,6 +156,10 @@ type OrderedConsumer struct {
 	pc     rmq.PullConsumer
 	sem    chan struct{}
 	rc     *reconnector
+	// requeued counts the queues given up, at a broker's return, for
+	// re-creation by the next rebalance because their pull was in flight
+	// when the broker died.
+	requeued atomic.Int64
 
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
@@ -261,8 +270,35 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 	go c.dispatch()
 	go c.persist()
 	c.rc = watchConsumerBrokers(c.pc, c.log, c.brokerTopics())
+	if c.rc != nil {
+		c.rc.stuck = requeueStuckPulls(c.pc, c.log, &c.requeued)
+	}
 	c.rc.start()
 	return nil
+}
+
+// requeueStuckPulls is [expireStuckPulls] for the pull consumer under an
+// OrderedConsumer, whose rebalance does not re-create expired queues: the
+// queues are given up (clientinternals.RequeueStuck) as when a rebalance
+// moves them away, so their workers stop before the next message, and the
+// rebalance which follows adds them again from the saved offsets. A message
+// a stopped worker was handling runs again on the new assignment, where
+// the inbox drops it if it committed.
+func requeueStuckPulls(pc any, log *slog.Logger, count *atomic.Int64) func(map[string]time.Time) {
+	if _, err := clientinternals.RequeueStuck(pc, nil); err != nil {
+		log.Warn("cannot re-create queues whose pulls were lost with a broker; after a broker restart they pull again about 33 s after it died", "err", err)
+		return nil
+	}
+	return func(stuck map[string]time.Time) {
+		n, err := clientinternals.RequeueStuck(pc, stuck)
+		if err != nil {
+			log.Warn("re-creating queues whose pulls were lost with a broker", "err", err)
+		}
+		if n > 0 {
+			count.Add(int64(n))
+			log.Info("broker back; re-creating the queues whose pull was lost with it", "brokers", brokerNames(stuck), "queues", n)
+		}
+	}
 }
 
 // brokerTopics are the consumer's topics as the broker knows them.

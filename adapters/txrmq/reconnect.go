@@ -34,12 +34,20 @@ import (
 // that a return triggers, and after each follow-up, it calls returned
 // (when set): a Publisher passes that on to the relays waiting for the
 // broker ([txmsg.BrokerReturnNotifier]).
+//
+// Before the refresh that follows a broker's return it calls stuck (when
+// set) with each returned broker's name and the time it was first seen
+// unreachable: a consumer then has the refresh's rebalance re-create its
+// queues of that broker whose pull was sent before then, which the client
+// would otherwise wait out for 30 s (clientinternals.ExpirePulls for a push
+// consumer, clientinternals.RequeueStuck for a pull consumer).
 type reconnector struct {
 	log      *slog.Logger
 	prober   clientinternals.RouteProber
 	refresh  clientinternals.Refresher
 	topics   []string
 	returned func()
+	stuck    func(map[string]time.Time)
 
 	interval, minGap, namesEvery time.Duration
 	followUps                    int
@@ -132,8 +140,10 @@ func (r *reconnector) run() {
 	defer close(r.done)
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
-	brokers := map[string]bool{} // broker name → unreachable at the last look
-	addrs := map[string]string{} // broker name → master address, looked up with the names
+	brokers := map[string]bool{}   // broker name → unreachable at the last look
+	addrs := map[string]string{}   // broker name → master address, looked up with the names
+	gone := map[string]time.Time{} // broker name → first seen unreachable, while it is
+	back := map[string]time.Time{} // returned brokers not yet passed to stuck → gone
 	var lastNames, lastRefresh time.Time
 	pending := false
 	more := 0          // follow-up refreshes still due after a broker's return
@@ -175,12 +185,24 @@ func (r *reconnector) run() {
 			if addr == "" {
 				continue
 			}
+			probed := time.Now()
 			up := reachable(addr, r.interval)
 			brokers[name] = !up
+			if !up {
+				if _, ok := gone[name]; !ok {
+					gone[name] = probed
+				}
+			}
 			if up && wasDown {
 				r.log.Info("broker reachable again; refreshing routes and heartbeat now", "broker", name, "addr", addr)
 				pending, returning = true, true
 				more = r.followUps
+				if since, ok := gone[name]; ok {
+					back[name] = since
+				}
+			}
+			if up {
+				delete(gone, name)
 			}
 		}
 		if !pending && more > 0 && time.Since(lastRefresh) >= r.minGap {
@@ -190,6 +212,10 @@ func (r *reconnector) run() {
 		if pending && time.Since(lastRefresh) >= r.minGap {
 			pending = false
 			lastRefresh = time.Now()
+			if len(back) > 0 && r.stuck != nil {
+				r.stuck(back)
+				back = map[string]time.Time{}
+			}
 			r.refresh()
 			if returning && r.returned != nil {
 				r.returned()

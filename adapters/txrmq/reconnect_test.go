@@ -112,3 +112,45 @@ func TestReconnectorSignalsReturnsOfWatchedTopicsBrokers(t *testing.T) {
 	default:
 	}
 }
+
+// TestReconnectorPassesReturnedBrokersToStuck: when a broker stops and
+// again accepts connections, stuck is called once, before the refresh
+// that follows, with the broker's name and the time it was first seen
+// gone (after it went away, before it came back); neither a kick nor the
+// follow-ups call it.
+func TestReconnectorPassesReturnedBrokersToStuck(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	var refreshes atomic.Int32
+	var calls atomic.Int32
+	var got atomic.Value // map[string]time.Time
+	var refreshesAtCall atomic.Int32
+	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"t"}, fakeProber{addr}, func() { refreshes.Add(1) })
+	r.stuck = func(m map[string]time.Time) {
+		calls.Add(1)
+		refreshesAtCall.Store(refreshes.Load())
+		got.Store(m)
+	}
+	r.interval, r.minGap, r.followUps = 50*time.Millisecond, 50*time.Millisecond, 2
+	r.start()
+	defer r.close()
+
+	r.kick()
+	require.Eventually(t, func() bool { return refreshes.Load() == 1 }, 10*time.Second, 10*time.Millisecond, "a kick refreshes")
+	wentAway := time.Now()
+	require.NoError(t, ln.Close())
+	time.Sleep(300 * time.Millisecond)
+	cameBack := time.Now()
+	ln, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	defer ln.Close()
+	require.Eventually(t, func() bool { return refreshes.Load() == 4 }, 10*time.Second, 10*time.Millisecond, "the return and its follow-ups refresh")
+	require.Equal(t, int32(1), calls.Load(), "stuck is called once per return")
+	require.Equal(t, int32(1), refreshesAtCall.Load(), "before the return's refresh")
+	m := got.Load().(map[string]time.Time)
+	require.Len(t, m, 1)
+	require.Contains(t, m, "b")
+	require.False(t, m["b"].Before(wentAway), "gone since %v, went away at %v", m["b"], wentAway)
+	require.True(t, m["b"].Before(cameBack), "gone since %v, came back at %v", m["b"], cameBack)
+}

@@ -17,6 +17,11 @@
 //     ([ReleaseQueues]);
 //   - refreshing routes and heartbeats at once after a broker dropped the
 //     connection or came back ([Refresher]);
+//   - re-creating at once, after a broker came back, the queues of a push
+//     consumer whose pulls were in flight when it died ([ExpirePulls]; for
+//     a pull consumer [RequeueStuck]),
+//     and seeing which requests a client still waits for
+//     ([PendingRequests], for tests);
 //   - recording a new group's start offsets on the broker at Start: the
 //     queues a consumer holds, the consumed offsets the client keeps in
 //     memory, and requests the client has no public call for
@@ -36,6 +41,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -384,6 +390,12 @@ func Check(txp, p, pc any) (err error) {
 	if _, err := queuePartsOf(pc); err != nil {
 		return fmt.Errorf("push consumer: %w", err)
 	}
+	if _, err := ExpirePulls(pc, map[string]time.Time{"\x00none": {}}); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
+	if _, err := PendingRequests(pc); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
 	return nil
 }
 
@@ -572,4 +584,210 @@ func ReleaseQueues(c any) (n int, err error) {
 		return len(keys), fmt.Errorf("save consumed offsets: %w", err)
 	}
 	return len(keys), nil
+}
+
+// fieldLastPullTime is the *processQueue's time of the last pull a pull
+// loop started (an atomic.Value holding a time.Time). The push consumer's
+// rebalance drops and re-creates a queue whose last pull is older than the
+// client's _PullMaxIdleTime (120 s), with a new pull loop.
+const fieldLastPullTime = "lastPullTime"
+
+// pullExpiredAge is stored as a queue's last pull time to make it count as
+// expired: far beyond the client's 120 s.
+const pullExpiredAge = time.Hour
+
+// atomicValue is the client's atomic.Value (go.uber.org/atomic's, which
+// embeds sync/atomic's).
+type atomicValue interface {
+	Load() any
+	Store(any)
+}
+
+// lastPullTimeOf returns the lastPullTime of a *processQueue.
+func lastPullTimeOf(pq any) (atomicValue, error) {
+	f, err := field(reflect.ValueOf(pq), fieldLastPullTime)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := f.Addr().Interface().(atomicValue)
+	if !ok {
+		return nil, fmt.Errorf("%T.%s is %s, without Load and Store", pq, fieldLastPullTime, f.Type())
+	}
+	if held := v.Load(); held != nil {
+		if _, ok := held.(time.Time); !ok {
+			return nil, fmt.Errorf("%T.%s holds %T, not time.Time", pq, fieldLastPullTime, held)
+		}
+	}
+	return v, nil
+}
+
+// ExpirePulls marks process queues of a started push consumer (the value
+// rmq.NewPushConsumer returned) as ones whose pull expired, and returns how
+// many it marked: for each broker name in stuck, the queues of that broker
+// whose last pull started before the time given (when the broker was seen
+// gone). Those pulls were sent on the connection the broker's death
+// closed. The consumer's next rebalance drops each marked queue (saving its
+// consumed offset) and re-creates it at once with a new pull loop, starting
+// from the saved offset; the old loop ends when its pull returns.
+//
+// Why: the client's pull is a long poll with a fixed 30 s timeout, and when
+// a broker dies the client drops the connection without failing the pulls
+// in flight on it. A pull sent before a broker crash waits out those 30 s
+// (and 3 s more after its error) before its queue pulls again, however
+// soon the broker is back. A queue that pulled after the broker was gone
+// got an error at once and retries within 3 s on its own: it is left
+// alone. Call ExpirePulls when a broker came back, then rebalance.
+//
+// Messages of a dropped queue that were being handled are handled again
+// (their offsets are no longer recorded), as after any rebalance that
+// moves a queue. Only the push consumer re-creates expired queues: for a
+// pull consumer the marks change nothing.
+func ExpirePulls(pc any, stuck map[string]time.Time) (n int, err error) {
+	defer guard(&err)
+	if len(stuck) == 0 {
+		return 0, nil
+	}
+	f, err := field(reflect.ValueOf(pc), fieldQueueTable)
+	if err != nil {
+		return 0, err
+	}
+	table, ok := f.Addr().Interface().(*sync.Map)
+	if !ok {
+		return 0, fmt.Errorf("%T.%s is %s, not sync.Map", pc, fieldQueueTable, f.Type())
+	}
+	expired := time.Now().Add(-pullExpiredAge)
+	table.Range(func(k, v any) bool {
+		mq, ok := k.(primitive.MessageQueue)
+		if !ok {
+			err = fmt.Errorf("process queue table key %T is not primitive.MessageQueue", k)
+			return false
+		}
+		gone, ok := stuck[mq.BrokerName]
+		if !ok {
+			return true
+		}
+		var last atomicValue
+		if last, err = lastPullTimeOf(v); err != nil {
+			return false
+		}
+		if at, _ := last.Load().(time.Time); at.IsZero() || !at.Before(gone) {
+			return true
+		}
+		last.Store(expired)
+		n++
+		return true
+	})
+	return n, err
+}
+
+// Names of what PendingRequests reaches.
+const (
+	fieldRemoteClient  = "remoteClient"  // *rmqClient: remote.RemotingClient
+	fieldResponseTable = "responseTable" // *remotingClient: sync.Map, opaque (int32) → *ResponseFuture
+)
+
+// PendingRequests returns the request numbers (opaques, which only grow) of
+// the requests the client behind component (a producer or a consumer, as
+// the client's constructors return them) has sent and still waits an
+// answer for. A request sent on a connection a broker's death closed stays
+// there until its own timeout.
+func PendingRequests(component any) (opaques []int32, err error) {
+	defer guard(&err)
+	c, err := clientOf(reflect.ValueOf(component))
+	if err != nil {
+		return nil, err
+	}
+	rc, err := field(c.Elem(), fieldRemoteClient)
+	if err != nil {
+		return nil, err
+	}
+	if rc.Kind() != reflect.Interface || rc.IsNil() {
+		return nil, fmt.Errorf("client's %s is not a non-nil interface", fieldRemoteClient)
+	}
+	t, err := field(rc.Elem(), fieldResponseTable)
+	if err != nil {
+		return nil, err
+	}
+	table, ok := t.Addr().Interface().(*sync.Map)
+	if !ok {
+		return nil, fmt.Errorf("%s is %s, not sync.Map", fieldResponseTable, t.Type())
+	}
+	table.Range(func(k, _ any) bool {
+		o, ok := k.(int32)
+		if !ok {
+			err = fmt.Errorf("%s key %T is not int32", fieldResponseTable, k)
+			return false
+		}
+		opaques = append(opaques, o)
+		return true
+	})
+	return opaques, err
+}
+
+// RequeueStuck is [ExpirePulls] for a pull consumer (the value
+// rmq.NewPullConsumer returned), whose rebalance does not re-create
+// expired queues: it gives up the same queues itself, as the client's
+// rebalance gives up a queue that moved to another consumer (each is
+// dropped, the consumed offsets are saved to the broker, and the queue
+// leaves the consumer's table), and returns how many. The consumer's next
+// rebalance adds them again, each with a new pull loop that starts from
+// the saved offset (or from the broker's older one when the save failed:
+// messages are then delivered again, never skipped). A paused consumer
+// (released for Shutdown) is left alone.
+func RequeueStuck(c any, stuck map[string]time.Time) (n int, err error) {
+	defer guard(&err)
+	p, err := queuePartsOf(c)
+	if err != nil {
+		return 0, err
+	}
+	if len(stuck) == 0 || p.pause.Load() {
+		return 0, nil
+	}
+	var keys []any
+	var queues []dropper
+	p.table.Range(func(k, v any) bool {
+		mq, ok := k.(primitive.MessageQueue)
+		if !ok {
+			err = fmt.Errorf("process queue table key %T is not primitive.MessageQueue", k)
+			return false
+		}
+		gone, ok := stuck[mq.BrokerName]
+		if !ok {
+			return true
+		}
+		var last atomicValue
+		if last, err = lastPullTimeOf(v); err != nil {
+			return false
+		}
+		if at, _ := last.Load().(time.Time); at.IsZero() || !at.Before(gone) {
+			return true
+		}
+		d, ok := v.(dropper)
+		if !ok {
+			err = fmt.Errorf("process queue %T lacks WithDropped(bool)", v)
+			return false
+		}
+		keys, queues = append(keys, k), append(queues, d)
+		return true
+	})
+	if err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	for _, d := range queues {
+		d.WithDropped(true)
+	}
+	// After dropping: the client records no consumed offset for a dropped
+	// queue, so what is saved here is what the new pull loop starts from.
+	perr := p.persist.PersistConsumerOffset()
+	for i, k := range keys {
+		// Only the dropped queue: a rebalance may have added its
+		// successor meanwhile.
+		if p.table.CompareAndDelete(k, queues[i]) {
+			n++
+		}
+	}
+	if perr != nil {
+		return n, fmt.Errorf("save consumed offsets: %w", perr)
+	}
+	return n, nil
 }

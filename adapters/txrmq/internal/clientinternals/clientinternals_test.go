@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
+	"unsafe"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
@@ -146,6 +148,69 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, reflect.TypeOf(sync.Map{}), tableField.Type)
 
+	// Expiring pulls: a process queue (of the type a pull request carries)
+	// has a lastPullTime that holds a time.Time, and only the queues of the
+	// brokers named whose last pull started before the time given are
+	// marked.
+	lastField, ok := pqField.Type.Elem().FieldByName(fieldLastPullTime)
+	require.True(t, ok, "%s.%s", pqField.Type.Elem(), fieldLastPullTime)
+	require.True(t, reflect.PointerTo(lastField.Type).Implements(reflect.TypeOf((*atomicValue)(nil)).Elem()),
+		"%s.%s is %s", pqField.Type.Elem(), fieldLastPullTime, lastField.Type)
+	table := reflect.NewAt(tableField.Type, unsafe.Pointer(reflect.ValueOf(pc).Elem().FieldByIndex(tableField.Index).UnsafeAddr())).Interface().(*sync.Map)
+	gone := time.Now()
+	before, after := gone.Add(-time.Second), gone.Add(time.Second)
+	pulled := map[int]time.Time{0: before, 1: before, 2: after, 3: before}
+	brokerOf := map[int]string{0: "a", 1: "b", 2: "b", 3: "b"}
+	for i := 0; i < 4; i++ {
+		pq := reflect.New(pqField.Type.Elem()).Interface()
+		last, err := lastPullTimeOf(pq)
+		require.NoError(t, err)
+		last.Store(pulled[i])
+		table.Store(primitive.MessageQueue{Topic: "t", BrokerName: brokerOf[i], QueueId: i}, pq)
+	}
+	n, err := ExpirePulls(pc, map[string]time.Time{"b": gone, "c": gone})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	table.Range(func(k, v any) bool {
+		mq := k.(primitive.MessageQueue)
+		last, err := lastPullTimeOf(v)
+		require.NoError(t, err)
+		at := last.Load().(time.Time)
+		if mq.QueueId == 1 || mq.QueueId == 3 {
+			require.Greater(t, time.Since(at), 120*time.Second, "%s: expired beyond the client's _PullMaxIdleTime", mq)
+		} else {
+			require.Equal(t, pulled[mq.QueueId], at, "%s: left alone", mq)
+		}
+		table.Delete(k)
+		return true
+	})
+	// A pull consumer's queues are given up only when stuck: with every
+	// queue of the broker named pulled after it was gone, or of another
+	// broker, nothing is dropped and the table stays as it was.
+	fresh, err := rmq.NewPullConsumer(consumer.WithNsResolver(nowhere), consumer.WithGroupName("clientinternals_requeue"))
+	require.NoError(t, err)
+	freshTable := reflect.NewAt(tableField.Type, unsafe.Pointer(reflect.ValueOf(fresh).Elem().FieldByName(fieldQueueTable).UnsafeAddr())).Interface().(*sync.Map)
+	for i, at := range []time.Time{after, before} {
+		pq := reflect.New(pqField.Type.Elem()).Interface()
+		last, err := lastPullTimeOf(pq)
+		require.NoError(t, err)
+		last.Store(at)
+		freshTable.Store(primitive.MessageQueue{Topic: "t", BrokerName: []string{"b", "a"}[i], QueueId: i}, pq)
+	}
+	n, err = RequeueStuck(fresh, map[string]time.Time{"b": gone})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	kept := 0
+	freshTable.Range(func(k, _ any) bool { kept++; freshTable.Delete(k); return true })
+	require.Equal(t, 2, kept)
+
+	pending, err := PendingRequests(pc)
+	require.NoError(t, err)
+	require.Empty(t, pending, "a client never started waits for nothing")
+	n, err = ExpirePulls(pc, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
 	// Start offsets, on both kinds of consumer: the request path, the held
 	// queues and the offset store (which exists once a consumer started,
 	// so its fields are checked on one the client's constructor builds).
@@ -203,6 +268,12 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		require.Error(t, err)
 		require.Nil(t, ConsumerClientOf(v))
 		_, err = ReleaseQueues(v)
+		require.Error(t, err)
+		_, err = ExpirePulls(v, map[string]time.Time{"b": time.Now()})
+		require.Error(t, err)
+		_, err = PendingRequests(v)
+		require.Error(t, err)
+		_, err = RequeueStuck(v, map[string]time.Time{"b": time.Now()})
 		require.Error(t, err)
 		_, err = ProducerRefresher(v)
 		require.Error(t, err)

@@ -1,0 +1,173 @@
+package txrmq_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// brokerRestartEnv, set to 1, lets a test SIGKILL and restart the broker
+// with scripts/rocketmq.sh, which finds it from the test's environment
+// (TXMSG_NAMESRV, TXMSG_RMQ_BROKER_PORT, TXMSG_CACHE). Meant for a broker
+// of the test's own; the test also requires that the script started it.
+const brokerRestartEnv = "TXMSG_BROKER_RESTART"
+
+// restartScript runs scripts/rocketmq.sh verb on the test's own broker.
+func restartScript(t *testing.T, verb string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh")
+	out, err := exec.Command(script, verb).CombinedOutput()
+	require.NoError(t, err, "scripts/rocketmq.sh %s:\n%s", verb, out)
+}
+
+// restartable is what the restart test reads of either consumer.
+type restartable interface {
+	PendingRequests() ([]int32, error)
+}
+
+// After a broker is SIGKILLed and started again, each consumer handles an
+// event published after the restart while the pulls it had sent before
+// the kill are still waiting for their answer: their queues were
+// re-created with new pulls at the broker's return, instead of pulling
+// again when the lost pulls time out (30 s after they were sent, and 3 s
+// more). On the client alone, nothing is pulled before those pulls have
+// returned, so the check below fails.
+//
+// It needs a broker of its own (brokerRestartEnv) and takes about 40 s:
+// one restart per kind of consumer, so that the requests checked are that
+// consumer's alone.
+func TestBrokerRestartConsumerPullsAgainAtOnce(t *testing.T) {
+	if os.Getenv(brokerRestartEnv) != "1" {
+		t.Skipf("set %s=1, with TXMSG_NAMESRV, TXMSG_BROKER, TXMSG_RMQ_BROKER_PORT and TXMSG_CACHE naming a broker of the test's own, "+
+			"to let this test kill and restart it (docs/testing.md)", brokerRestartEnv)
+	}
+	testbed.RequireBroker(t)
+	restartScript(t, "owns")
+	for _, kind := range consumerKinds {
+		t.Run(kind, func(t *testing.T) { testBrokerRestartPullsAgain(t, kind) })
+	}
+}
+
+func testBrokerRestartPullsAgain(t *testing.T, kind string) {
+	b := newConsumerBed(t)
+	var (
+		mu          sync.Mutex
+		c           restartable
+		afterID     string
+		lostAtKill  map[int32]bool
+		stillLost   []int32 // pulls lost at the kill, still waiting when the event after the restart was handled
+		pendingErr  error
+		handledLate = make(chan struct{})
+	)
+	onProcessed := func(r *txmsg.Received, o txmsg.Outcome, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if afterID == "" || r.Message.ID != afterID || o != txmsg.OutcomeHandled || err != nil {
+			return
+		}
+		select {
+		case <-handledLate:
+			return
+		default:
+		}
+		pending, perr := c.PendingRequests()
+		pendingErr = perr
+		for _, o := range pending {
+			if lostAtKill[o] {
+				stillLost = append(stillLost, o)
+			}
+		}
+		close(handledLate)
+	}
+	handled := make(chan string, 16)
+	route := txmsg.Handle(b.topicOf(), func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[consumerEvent]) error {
+		select {
+		case handled <- d.Message.ID:
+		default:
+		}
+		return nil
+	})
+	var requeued func() int64
+	cfg := b.config().Config
+	mu.Lock()
+	switch kind {
+	case "concurrent":
+		ccfg := b.config()
+		ccfg.OnProcessed = onProcessed
+		cc := b.start(ccfg, route)
+		c, requeued = cc, cc.QueuesExpired
+	case "ordered":
+		oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: cfg, OnProcessed: onProcessed}, b.inbox, route)
+		require.NoError(t, err)
+		require.NoError(t, oc.Start(context.Background()))
+		t.Cleanup(func() { _ = oc.Close(context.Background()) })
+		c, requeued = oc, oc.QueuesRequeued
+	}
+	mu.Unlock()
+
+	before := b.message(consumerEvent{N: 1})
+	b.publish(before)
+	select {
+	case id := <-handled:
+		require.Equal(t, before.ID, id)
+	case <-time.After(time.Minute):
+		t.Fatal("the event before the kill was not handled")
+	}
+	// The consumer looks up the brokers it watches at its first 500 ms
+	// tick; its queues are idle, each with a pull the broker holds.
+	time.Sleep(2 * time.Second)
+
+	restartScript(t, "kill")
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			restartScript(t, "start")
+		}
+	})
+	pending, err := c.PendingRequests()
+	require.NoError(t, err)
+	mu.Lock()
+	lostAtKill = map[int32]bool{}
+	for _, o := range pending {
+		lostAtKill[o] = true
+	}
+	mu.Unlock()
+	require.NotEmpty(t, pending, "no pull was in flight when the broker died")
+	t.Logf("requests in flight at the kill: %v", pending)
+
+	restartScript(t, "start")
+	restarted = true
+
+	after := b.message(consumerEvent{N: 2})
+	mu.Lock()
+	afterID = after.ID
+	mu.Unlock()
+	require.Eventually(t, func() bool {
+		return b.pub.Publish(context.Background(), after) == nil
+	}, time.Minute, 200*time.Millisecond, "publish after the restart")
+	select {
+	case <-handledLate:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the event after the restart was not handled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.NoError(t, pendingErr)
+	t.Logf("queues re-created: %d; pulls lost at the kill still waiting when the event was handled: %v", requeued(), stillLost)
+	require.NotEmpty(t, stillLost,
+		"the event after the restart was handled only once every pull lost with the broker had returned")
+	require.Positive(t, requeued())
+}
