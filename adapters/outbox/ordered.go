@@ -16,6 +16,9 @@ import (
 // this relay owns.
 func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
 	var res cycleResult
+	if err := r.remark(ctx); err != nil {
+		return res, err
+	}
 	if err := r.maintainLeases(ctx); err != nil {
 		return res, err
 	}
@@ -48,6 +51,10 @@ func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
 func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error) {
 	var res cycleResult
 	limit := r.claimLimit()
+	// As in claimDue: kept for recoverMarks.
+	var rows []*Row
+	var results []error
+	var plan *markPlan
 	err := r.inTx(ctx, func(tx *gorm.DB) error {
 		found, err := r.readBucket(ctx, tx, bucket, 0, nil, limit)
 		if err != nil {
@@ -76,9 +83,10 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 			}
 			found = append(found, window...)
 		}
-		rows, sizes := r.split(found)
+		var sizes []int
+		rows, sizes = r.split(found)
 		rounds := r.planRounds(rows, time.Now().UTC(), &res)
-		results := notTried(len(rows))
+		results = notTried(len(rows))
 		b := r.newBudget()
 		stopped := map[string]bool{}
 		cut := false
@@ -126,14 +134,20 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		if err := r.hookAfterPublish(ctx, rows, results); err != nil {
 			return err
 		}
-		sent, err := r.mark(tx, rows, results)
-		if err != nil {
+		if err := r.hookBeforeMark(ctx, tx, results); err != nil {
 			return err
 		}
-		res.more = (len(window) == limit || cut) && sent > 0
+		if plan, err = r.mark(tx, rows, results); err != nil {
+			return err
+		}
+		res.more = (len(window) == limit || cut) && plan.sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
+		return res, nil
+	}
+	if err != nil && r.recoverMarks(ctx, err, rows, results, plan) {
+		res.more = true
 		return res, nil
 	}
 	return res, err
