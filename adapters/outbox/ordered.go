@@ -171,19 +171,42 @@ const extraWindows = 2
 // readBucket locks and returns up to limit pending rows of bucket with ids
 // above after, in id order, leaving out the keys in skip, without their
 // bodies.
+//
+// It reads in two steps. A plain read finds the ids of the committed
+// pending rows; the locking read then takes the rows up to the last of
+// them, with as many as it found for LIMIT. The locking read thus waits,
+// as it must, for every row in that range that another transaction holds
+// (the previous owner's overrunning batch, a writer's uncommitted row),
+// and stops at the last row it returns instead of reading on to the
+// record that ends the range: InnoDB locks that record too, also under
+// READ COMMITTED, and when it is the first pending row of the next
+// bucket, the lock deadlocked with that bucket's owner marking its rows.
+// (Only when a row found by the plain read is gone by the locking read
+// does the scan read past the range, as it always did.)
 func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool, limit int) ([]*claimed, error) {
-	q := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
-		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).
-		Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
-	if len(skip) > 0 {
-		keys := make([]string, 0, len(skip))
-		for k := range skip {
-			keys = append(keys, k)
+	where := func(q *gorm.DB) *gorm.DB {
+		q = q.Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
+		if len(skip) > 0 {
+			keys := make([]string, 0, len(skip))
+			for k := range skip {
+				keys = append(keys, k)
+			}
+			q = q.Where("sharding_key NOT IN ?", keys)
 		}
-		q = q.Where("sharding_key NOT IN ?", keys)
+		return q
 	}
+	var ids []int64
+	if err := where(tx.WithContext(ctx).Table(r.cfg.Table)).Order("id").Limit(limit).Pluck("id", &ids).Error; err != nil {
+		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q := where(tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
+		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})).
+		Where("id <= ?", ids[len(ids)-1])
 	var rows []*claimed
-	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
+	if err := q.Order("id").Limit(len(ids)).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
 	}
 	return rows, nil
