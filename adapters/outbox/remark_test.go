@@ -142,3 +142,57 @@ func (e *env) killConnection(tx *gorm.DB) error {
 	e.t.Errorf("connection %d still open after KILL", id)
 	return nil
 }
+
+// TestRemarkLeavesChangedRows: marks applied again after a failed claim
+// change only the rows still as the claim read them. A row another relay
+// marked meanwhile keeps that relay's marks, a row an operator requeued
+// stays pending, a purged row stays gone, and the rest are marked; a
+// second application changes nothing.
+func TestRemarkLeavesChangedRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	ids := e.send(4, "g")
+	claimed := e.rows("")
+	require.Len(t, claimed, 4)
+	rows := make([]*Row, len(claimed))
+	for i := range claimed {
+		rows[i] = &claimed[i]
+	}
+	r := e.relay(newMemPublisher(), RelayConfig{})
+	plan := r.planMarks(rows, make([]error, len(rows)))
+	require.Equal(t, 4, plan.sent)
+
+	// Meanwhile: another relay published and marked row 0, an operator
+	// requeued row 1 (as after it went dead), row 2 was deleted.
+	later := time.Now().UTC().Add(time.Second).Truncate(time.Microsecond)
+	require.NoError(t, e.db.Table(e.ob.Table()).Where("id = ?", rows[0].ID).
+		Updates(map[string]any{"status": StatusSent, "sent_at": later, "updated_at": later}).Error)
+	require.NoError(t, e.db.Table(e.ob.Table()).Where("id = ?", rows[1].ID).
+		Updates(map[string]any{"status": StatusPending, "attempts": 0, "updated_at": later}).Error)
+	require.NoError(t, e.db.Table(e.ob.Table()).Where("id = ?", rows[2].ID).Delete(map[string]any{}).Error)
+
+	plan.since = time.Now()
+	r.unmarked = plan
+	require.NoError(t, r.remark(ctx))
+	require.Nil(t, r.unmarked)
+
+	got, err := e.ob.Rows(ctx, ids...)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.Equal(t, StatusSent, got[0].Status)
+	require.True(t, later.Equal(*got[0].SentAt), "the other relay's mark stays")
+	require.Equal(t, StatusPending, got[1].Status, "the requeued row stays pending")
+	require.True(t, later.Equal(got[1].UpdatedAt))
+	require.Equal(t, ids[3], got[2].MsgID)
+	require.Equal(t, StatusSent, got[2].Status, "the unchanged row is marked")
+
+	// Applied twice: the rows are no longer as claimed.
+	var changed int64
+	require.NoError(t, r.inTx(ctx, func(tx *gorm.DB) error {
+		var err error
+		changed, err = r.applyMarks(tx, plan, true)
+		return err
+	}))
+	require.Zero(t, changed)
+}
