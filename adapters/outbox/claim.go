@@ -38,6 +38,9 @@ var errAbandoned = errors.New("outbox: batch abandoned on shutdown")
 // is left behind.
 func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 	var res cycleResult
+	if err := r.remark(ctx); err != nil {
+		return res, err
+	}
 	if err := r.maintainLeases(ctx); err != nil {
 		return res, err
 	}
@@ -76,6 +79,12 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 			lo = append(lo, b)
 		}
 	}
+	// What the claim published, and the marks it made of it, outlive the
+	// transaction: when it fails after publishing, recoverMarks applies
+	// them again.
+	var rows []*Row
+	var results []error
+	var plan *markPlan
 	err = r.inTx(ctx, func(tx *gorm.DB) error {
 		now := time.Now().UTC()
 		limit := r.claimLimit()
@@ -99,8 +108,9 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 		if ctx.Err() != nil {
 			return errAbandoned
 		}
-		rows, sizes := r.split(found)
-		results := notTried(len(rows))
+		var sizes []int
+		rows, sizes = r.split(found)
+		results = notTried(len(rows))
 		b := r.newBudget()
 		all := make([]int, len(rows))
 		for i := range all {
@@ -125,15 +135,21 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 		if err := r.hookAfterPublish(ctx, rows, results); err != nil {
 			return err
 		}
-		sent, err := r.mark(tx, rows, results)
-		if err != nil {
+		if err := r.hookBeforeMark(ctx, tx, results); err != nil {
 			return err
 		}
-		more = (len(rows) == limit || cut) && sent > 0
+		var err error
+		if plan, err = r.mark(tx, rows, results); err != nil {
+			return err
+		}
+		more = (len(rows) == limit || cut) && plan.sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
 		return more, nil
+	}
+	if err != nil && r.recoverMarks(ctx, err, rows, results, plan) {
+		return true, nil
 	}
 	return more, err
 }
@@ -472,67 +488,106 @@ type failGroup struct {
 // because the broker or the route was unavailable; Stats counts them.
 const waitingPrefix = "waiting for the broker: "
 
-// mark records the results of a batch in the claim transaction: published
-// rows become sent; rows the broker refused count an attempt and back off,
-// or become dead after MaxAttempts; rows that failed because the broker or
+// markPlan is the update of a claim's rows that records what its
+// Publish calls did. Its values are absolute, computed once from the rows
+// as claimed (a failed row's attempts are the claimed count plus one, its
+// next attempt a time, not a delay), so applying it twice leaves the rows
+// as applying it once.
+type markPlan struct {
+	updates []markUpdate
+	// sent counts the rows published.
+	sent int
+	// since is when the claim transaction failed, for a plan held to be
+	// applied again.
+	since time.Time
+}
+
+// markUpdate is one statement of a markPlan: set on rows.
+type markUpdate struct {
+	what string
+	set  map[string]any
+	rows []*Row
+}
+
+// rows counts the rows the plan updates.
+func (p *markPlan) rows() int {
+	n := 0
+	for _, u := range p.updates {
+		n += len(u.rows)
+	}
+	return n
+}
+
+// planMarks works out the marks of a batch's results: published rows
+// become sent; rows the broker refused count an attempt and back off, or
+// become dead after MaxAttempts; rows that failed because the broker or
 // the route was unavailable back off without counting an attempt, by the
 // relay's own count of failing cycles up to MaxWaitBackoff, and are never
-// dead. It returns how
-// many rows were sent.
-func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
+// dead. Rows not tried are left out. It counts the cycle's results and
+// logs the failures, once per batch.
+func (r *Relay) planMarks(rows []*Row, results []error) *markPlan {
 	now := time.Now().UTC()
-	var sent []int64
-	groups := map[failGroup][]int64{}
+	p := &markPlan{}
+	var sent []*Row
+	groups := map[failGroup][]*Row{}
+	var order []failGroup
 	var firstErr, firstWait error
 	failed, waiting := 0, 0
 	for i, row := range rows {
 		err := results[i]
+		var g failGroup
 		switch {
 		case err == nil:
-			sent = append(sent, row.ID)
+			sent = append(sent, row)
 			if r.log.Enabled(context.Background(), slog.LevelDebug) {
 				r.log.Debug("published", "txmsg_id", row.MsgID, "topic", row.Topic, "state", StatusSent)
 			}
+			continue
 		case errors.Is(err, errNotTried):
+			continue
 		case txmsg.IsUnavailable(err):
 			waiting++
 			if firstWait == nil {
 				firstWait = err
 			}
-			g := failGroup{attempts: row.Attempts, waiting: true, msg: truncate(waitingPrefix+err.Error(), maxErrorLen)}
-			groups[g] = append(groups[g], row.ID)
+			g = failGroup{attempts: row.Attempts, waiting: true, msg: truncate(waitingPrefix+err.Error(), maxErrorLen)}
 		default:
 			failed++
 			if firstErr == nil {
 				firstErr = err
 			}
-			g := failGroup{attempts: row.Attempts + 1, msg: truncate(err.Error(), maxErrorLen)}
+			g = failGroup{attempts: row.Attempts + 1, msg: truncate(err.Error(), maxErrorLen)}
 			g.dead = r.cfg.MaxAttempts > 0 && g.attempts >= r.cfg.MaxAttempts
-			groups[g] = append(groups[g], row.ID)
 			if g.dead {
 				r.log.Error("message is dead after its last attempt; requeue it to retry",
 					"txmsg_id", row.MsgID, "topic", row.Topic, "state", StatusDead, "attempts", g.attempts, "err", err)
 			}
 		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], row)
 	}
 	r.cycle.sent += len(sent)
 	r.cycle.waiting += waiting
 	if waiting > 0 && r.cycle.err == nil {
 		r.cycle.err = firstWait
 	}
+	p.sent = len(sent)
 	if len(sent) > 0 {
-		err := tx.Table(r.cfg.Table).Where("id IN ?", sent).Updates(map[string]any{
-			"status":     StatusSent,
-			"sent_at":    now,
-			"updated_at": now,
-			"last_error": "",
-		}).Error
-		if err != nil {
-			return 0, fmt.Errorf("outbox: mark %d rows sent: %w", len(sent), err)
-		}
+		p.updates = append(p.updates, markUpdate{
+			what: fmt.Sprintf("mark %d rows sent", len(sent)),
+			set: map[string]any{
+				"status":     StatusSent,
+				"sent_at":    now,
+				"updated_at": now,
+				"last_error": "",
+			},
+			rows: sent,
+		})
 	}
 	var retryIn time.Duration
-	for g, ids := range groups {
+	for _, g := range order {
 		set := map[string]any{
 			"attempts":   g.attempts,
 			"last_error": g.msg,
@@ -553,9 +608,11 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 				retryIn = d
 			}
 		}
-		if err := tx.Table(r.cfg.Table).Where("id IN ?", ids).Updates(set).Error; err != nil {
-			return 0, fmt.Errorf("outbox: record failed attempt of %d rows: %w", len(ids), err)
-		}
+		p.updates = append(p.updates, markUpdate{
+			what: fmt.Sprintf("record failed attempt of %d rows", len(groups[g])),
+			set:  set,
+			rows: groups[g],
+		})
 	}
 	if failed > 0 {
 		r.log.Warn("publish failed; rows back off", "failed", failed, "sent", len(sent), "retry_in", retryIn, "err", firstErr)
@@ -564,5 +621,45 @@ func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (int, error) {
 		r.log.Warn("broker unavailable; rows wait without counting an attempt", "waiting", waiting, "sent", len(sent),
 			"retry_in", retryIn, "err", firstWait)
 	}
-	return len(sent), nil
+	return p
+}
+
+// applyMarks runs the plan's updates in tx and returns how many rows they
+// changed. In the claim transaction the rows are locked by the claim. A
+// plan applied again after that transaction failed (unchanged) changes
+// only the rows that are still pending and as the claim read them: same
+// updated_at, which every change of state sets. A row that another relay
+// published or failed meanwhile (after this relay's lease ran out), or
+// that an operator requeued or purged, is left as it is.
+func (r *Relay) applyMarks(tx *gorm.DB, p *markPlan, unchanged bool) (int64, error) {
+	var n int64
+	for _, u := range p.updates {
+		ids := make([]int64, len(u.rows))
+		for i, row := range u.rows {
+			ids[i] = row.ID
+		}
+		q := tx.Table(r.cfg.Table).Where("id IN ?", ids)
+		if unchanged {
+			pairs := make([][]any, len(u.rows))
+			for i, row := range u.rows {
+				pairs[i] = []any{row.ID, row.UpdatedAt}
+			}
+			q = q.Where("status = ? AND (id, updated_at) IN ?", StatusPending, pairs)
+		}
+		res := q.Updates(u.set)
+		if res.Error != nil {
+			return n, fmt.Errorf("outbox: %s: %w", u.what, res.Error)
+		}
+		n += res.RowsAffected
+	}
+	return n, nil
+}
+
+// mark plans the marks of a batch and applies them in the claim
+// transaction; it returns the plan, which the caller keeps in case the
+// transaction fails afterwards.
+func (r *Relay) mark(tx *gorm.DB, rows []*Row, results []error) (*markPlan, error) {
+	p := r.planMarks(rows, results)
+	_, err := r.applyMarks(tx, p, false)
+	return p, err
 }

@@ -42,7 +42,11 @@
 // claim locks only the rows it returns; the owner of bucket 0 also claims
 // rows whose bucket is outside [0, Buckets). A relay
 // that dies after publishing and before its commit leaves the rows pending:
-// they are published again, and consumers drop the duplicates. There is no
+// they are published again, and consumers drop the duplicates. A claim
+// transaction that fails after publishing without the relay dying (InnoDB
+// picks it as a deadlock victim, a lock wait times out, the connection is
+// lost) does not: the relay applies the marks again in a new transaction,
+// guarded to rows still as claimed, before it claims anything else. There is no
 // "last id seen" cursor: auto-increment ids commit out of order.
 //
 // A claim reads its rows without bodies and loads the bodies as it

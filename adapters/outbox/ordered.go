@@ -16,6 +16,9 @@ import (
 // this relay owns.
 func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
 	var res cycleResult
+	if err := r.remark(ctx); err != nil {
+		return res, err
+	}
 	if err := r.maintainLeases(ctx); err != nil {
 		return res, err
 	}
@@ -48,6 +51,10 @@ func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
 func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error) {
 	var res cycleResult
 	limit := r.claimLimit()
+	// As in claimDue: kept for recoverMarks.
+	var rows []*Row
+	var results []error
+	var plan *markPlan
 	err := r.inTx(ctx, func(tx *gorm.DB) error {
 		found, err := r.readBucket(ctx, tx, bucket, 0, nil, limit)
 		if err != nil {
@@ -76,9 +83,10 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 			}
 			found = append(found, window...)
 		}
-		rows, sizes := r.split(found)
+		var sizes []int
+		rows, sizes = r.split(found)
 		rounds := r.planRounds(rows, time.Now().UTC(), &res)
-		results := notTried(len(rows))
+		results = notTried(len(rows))
 		b := r.newBudget()
 		stopped := map[string]bool{}
 		cut := false
@@ -126,14 +134,20 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		if err := r.hookAfterPublish(ctx, rows, results); err != nil {
 			return err
 		}
-		sent, err := r.mark(tx, rows, results)
-		if err != nil {
+		if err := r.hookBeforeMark(ctx, tx, results); err != nil {
 			return err
 		}
-		res.more = (len(window) == limit || cut) && sent > 0
+		if plan, err = r.mark(tx, rows, results); err != nil {
+			return err
+		}
+		res.more = (len(window) == limit || cut) && plan.sent > 0
 		return nil
 	})
 	if errors.Is(err, errAbandoned) {
+		return res, nil
+	}
+	if err != nil && r.recoverMarks(ctx, err, rows, results, plan) {
+		res.more = true
 		return res, nil
 	}
 	return res, err
@@ -157,19 +171,42 @@ const extraWindows = 2
 // readBucket locks and returns up to limit pending rows of bucket with ids
 // above after, in id order, leaving out the keys in skip, without their
 // bodies.
+//
+// It reads in two steps. A plain read finds the ids of the committed
+// pending rows; the locking read then takes the rows up to the last of
+// them, with as many as it found for LIMIT. The locking read thus waits,
+// as it must, for every row in that range that another transaction holds
+// (the previous owner's overrunning batch, a writer's uncommitted row),
+// and stops at the last row it returns instead of reading on to the
+// record that ends the range: InnoDB locks that record too, also under
+// READ COMMITTED, and when it is the first pending row of the next
+// bucket, the lock deadlocked with that bucket's owner marking its rows.
+// (Only when a row found by the plain read is gone by the locking read
+// does the scan read past the range, as it always did.)
 func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool, limit int) ([]*claimed, error) {
-	q := tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
-		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).
-		Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
-	if len(skip) > 0 {
-		keys := make([]string, 0, len(skip))
-		for k := range skip {
-			keys = append(keys, k)
+	where := func(q *gorm.DB) *gorm.DB {
+		q = q.Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
+		if len(skip) > 0 {
+			keys := make([]string, 0, len(skip))
+			for k := range skip {
+				keys = append(keys, k)
+			}
+			q = q.Where("sharding_key NOT IN ?", keys)
 		}
-		q = q.Where("sharding_key NOT IN ?", keys)
+		return q
 	}
+	var ids []int64
+	if err := where(tx.WithContext(ctx).Table(r.cfg.Table)).Order("id").Limit(limit).Pluck("id", &ids).Error; err != nil {
+		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q := where(tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
+		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})).
+		Where("id <= ?", ids[len(ids)-1])
 	var rows []*claimed
-	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
+	if err := q.Order("id").Limit(len(ids)).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
 	}
 	return rows, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,11 @@ import (
 // Relay publishes pending outbox rows through a [txmsg.Publisher]. Run
 // several relays, in one process or many, for throughput and availability:
 // they never publish a row twice between them, except after a crash
-// between publishing and marking.
+// between publishing and marking, or when a relay cannot mark what it
+// published for longer than [RelayConfig.LeaseTTL]. A claim transaction
+// that fails after publishing (a deadlock victim, a lock wait timeout, a
+// lost connection) does not count: the relay marks the rows in a new
+// transaction before it claims again.
 // Relays share the rows through bucket leases (see [RelayConfig.Buckets]).
 type Relay struct {
 	db  *gorm.DB
@@ -57,10 +62,21 @@ type Relay struct {
 	// meanBody is the mean body size of the last claim (Run's goroutine).
 	meanBody int
 
+	// unmarked holds the marks of a claim whose transaction failed after
+	// it published: they are applied in a new transaction before the
+	// relay claims again (Run's goroutine).
+	unmarked *markPlan
+	// remarked counts the plans applied after their claim failed.
+	remarked atomic.Int64
+
 	// afterPublish, set by tests, runs after a batch is published and
 	// before it is marked. An error simulates a crash at that point: the
 	// claim transaction rolls back and Run returns the error.
 	afterPublish func(ctx context.Context, msgs []*txmsg.Message) error
+	// beforeMark, set by tests, runs in the claim transaction after
+	// afterPublish when the claim published a row. An error fails the transaction, as a failing mark
+	// would (a deadlock, a lost connection).
+	beforeMark func(ctx context.Context, tx *gorm.DB) error
 }
 
 // outageState is a broker outage seen by a relay.
@@ -145,6 +161,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.lease = leaseState{owned: map[int]time.Time{}}
 	defer r.releaseLeases(ctx)
+	// Before the leases go: marks still held are applied while no other
+	// relay can claim their rows.
+	defer r.remarkOnExit(ctx)
 	failures := 0
 	for ctx.Err() == nil {
 		var res cycleResult
@@ -318,6 +337,114 @@ func (r *Relay) inTx(ctx context.Context, fn func(tx *gorm.DB) error) error {
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.PublishTimeout+time.Minute)
 	defer cancel()
 	return r.db.WithContext(txCtx).Transaction(fn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+}
+
+// Re-applying the marks of a failed claim: remarkTries attempts in a
+// row, remarkBackoff doubling between them; a plan still not applied is
+// kept and tried again at the start of each cycle, for up to
+// remarkHoldTTLs lease TTLs after the claim failed.
+const (
+	remarkTries    = 5
+	remarkBackoff  = 50 * time.Millisecond
+	remarkHoldTTLs = 10
+)
+
+// recoverMarks runs after a claim transaction failed with err. When the
+// claim had published rows, or recorded failures, before it failed, the
+// rows are still pending (or, after a lost COMMIT, perhaps marked): the
+// marks are held and applied again in a new transaction before the relay
+// claims anything else, so that a deadlock, a lock wait timeout or a lost
+// connection does not make the next claim publish the rows again.
+// plan is the claim's marks if it got to work them out, nil otherwise.
+// It reports whether the marks are applied; false means err stands
+// (nothing was published, or the marks are held for the next cycle).
+//
+// A test hook's simulated crash is left alone: a crashed relay marks
+// nothing.
+func (r *Relay) recoverMarks(ctx context.Context, err error, rows []*Row, results []error, plan *markPlan) bool {
+	var crash *crashError
+	if errors.As(err, &crash) || rows == nil {
+		return false
+	}
+	if plan == nil {
+		plan = r.planMarks(rows, results)
+	}
+	if len(plan.updates) == 0 {
+		return false
+	}
+	plan.since = time.Now()
+	r.unmarked = plan
+	r.log.Warn("claim transaction failed after publishing; marking its rows in a new transaction",
+		"err", err, "sent", plan.sent, "rows", plan.rows())
+	return r.remark(ctx) == nil
+}
+
+// remark applies the held marks, if any, in a new transaction, with up to
+// remarkTries attempts. It returns nil once they are applied (or there
+// are none), and the last error otherwise; the marks are then kept for
+// the next cycle, unless they are older than remarkHoldTTLs lease TTLs.
+//
+// In the new transaction the rows are no longer locked, so the update is
+// guarded (see applyMarks): it changes only rows still as claimed. Until
+// it applies, no other relay claims them: in both modes a relay claims
+// only from the buckets it leases, and this relay neither claims nor runs
+// a lease round, which is where it would hand a bucket over, while marks
+// are held. Only if its lease runs out meanwhile may another relay
+// publish the rows again, as after a crash.
+func (r *Relay) remark(ctx context.Context) error {
+	p := r.unmarked
+	if p == nil {
+		return nil
+	}
+	var err error
+	for try := 1; try <= remarkTries; try++ {
+		if try > 1 {
+			time.Sleep(jitter(expBackoff(remarkBackoff, maxErrorBackoff, try-1)))
+		}
+		var changed int64
+		err = r.inTx(ctx, func(tx *gorm.DB) error {
+			var err error
+			changed, err = r.applyMarks(tx, p, true)
+			return err
+		})
+		if err == nil {
+			r.unmarked = nil
+			r.remarked.Add(1)
+			r.log.Info("rows of the failed claim marked", "sent", p.sent, "rows", p.rows(), "changed", changed,
+				"left", int64(p.rows())-changed, "tries", try)
+			return nil
+		}
+	}
+	if time.Since(p.since) > remarkHoldTTLs*r.cfg.LeaseTTL {
+		r.unmarked = nil
+		r.log.Error("giving up marking the rows of a failed claim; other relays own their buckets by now and may publish them again",
+			"err", err, "sent", p.sent, "rows", p.rows(), "failed_at", p.since)
+		return fmt.Errorf("outbox: mark %d rows of a failed claim: %w", p.rows(), err)
+	}
+	r.log.Warn("cannot mark the rows of a failed claim yet; the relay claims nothing until they are",
+		"err", err, "sent", p.sent, "rows", p.rows(), "tries", remarkTries)
+	return fmt.Errorf("outbox: mark %d rows of a failed claim: %w", p.rows(), err)
+}
+
+// remarkOnExit makes a last attempt at held marks when Run returns.
+func (r *Relay) remarkOnExit(ctx context.Context) {
+	if r.unmarked == nil {
+		return
+	}
+	if err := r.remark(context.WithoutCancel(ctx)); err != nil && r.unmarked != nil {
+		r.log.Error("relay stops with rows published but not marked; they will be published again",
+			"err", err, "sent", r.unmarked.sent, "rows", r.unmarked.rows())
+		r.unmarked = nil
+	}
+}
+
+// hookBeforeMark runs the beforeMark test hook when the claim published
+// a row.
+func (r *Relay) hookBeforeMark(ctx context.Context, tx *gorm.DB, results []error) error {
+	if r.beforeMark == nil || !slices.Contains(results, nil) {
+		return nil
+	}
+	return r.beforeMark(ctx, tx)
 }
 
 // expBackoff returns lo·2^(n-1), capped at hi.
