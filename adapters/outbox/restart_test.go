@@ -3,10 +3,6 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -18,35 +14,6 @@ import (
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
-
-// brokerRestartEnv, set to 1, lets a test SIGKILL and restart the broker
-// with scripts/rocketmq.sh, which finds it from the test's environment
-// (TXMSG_NAMESRV, TXMSG_RMQ_BROKER_PORT, TXMSG_CACHE). Meant for a broker
-// of the test's own: everything else on that broker fails while it is
-// down. The test also requires that the script started the broker.
-const brokerRestartEnv = "TXMSG_BROKER_RESTART"
-
-// rocketmqScript runs scripts/rocketmq.sh verb with the test's
-// environment.
-func rocketmqScript(t *testing.T, verb string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh")
-	out, err := exec.Command(script, verb).CombinedOutput()
-	require.NoError(t, err, "scripts/rocketmq.sh %s:\n%s", verb, out)
-}
-
-// requireRestartableBroker skips t unless brokerRestartEnv is 1, and fails
-// it when scripts/rocketmq.sh did not start the broker of TXMSG_NAMESRV.
-func requireRestartableBroker(t *testing.T) {
-	t.Helper()
-	if os.Getenv(brokerRestartEnv) != "1" {
-		t.Skipf("set %s=1, with TXMSG_NAMESRV, TXMSG_BROKER, TXMSG_RMQ_BROKER_PORT and TXMSG_CACHE naming a broker of the test's own, "+
-			"to let this test kill and restart it (docs/testing.md)", brokerRestartEnv)
-	}
-	testbed.RequireBroker(t)
-	rocketmqScript(t, "owns")
-}
 
 // TestBrokerRestartWaitingRowsGoOutAtOnce: the broker is SIGKILLed while
 // two relays publish (through txrmq.Publishers that learn their topic from
@@ -65,11 +32,11 @@ func requireRestartableBroker(t *testing.T) {
 //     was back is published before that moment: the relay retried it at
 //     once. Each key keeps its order.
 //
-// It needs a broker of its own (brokerRestartEnv) and takes under a
+// It needs a broker of its own (testbed.BrokerRestartEnv) and takes under a
 // minute (20–35 s on the test machine); it is not parallel, so no other test of the package runs while
 // the broker is down.
 func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
-	requireRestartableBroker(t)
+	testbed.RequireRestartableBroker(t)
 	capped, signalled := brokerEnv(t), brokerEnv(t)
 	obs := testbed.Observe(t, signalled.topic, nil)
 	const fixedKeys = 4
@@ -98,11 +65,11 @@ func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
 	// next 500 ms tick; only then do they watch them.
 	time.Sleep(time.Second)
 
-	rocketmqScript(t, "kill")
+	testbed.RocketMQScript(t, "kill")
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			rocketmqScript(t, "start")
+			testbed.RocketMQScript(t, "start")
 		}
 	})
 
@@ -185,7 +152,7 @@ func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
 	require.EqualValues(t, fixedKeys, signalled.stats().Sent, "nothing is published while the broker is down")
 	require.EqualValues(t, 5, capped.stats().Sent, "nothing is published while the broker is down")
 
-	rocketmqScript(t, "start")
+	testbed.RocketMQScript(t, "start")
 	restarted = true
 	back := time.Now().UTC()
 

@@ -2,10 +2,6 @@ package txrmq_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -17,21 +13,6 @@ import (
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
-
-// brokerRestartEnv, set to 1, lets a test SIGKILL and restart the broker
-// with scripts/rocketmq.sh, which finds it from the test's environment
-// (TXMSG_NAMESRV, TXMSG_RMQ_BROKER_PORT, TXMSG_CACHE). Meant for a broker
-// of the test's own; the test also requires that the script started it.
-const brokerRestartEnv = "TXMSG_BROKER_RESTART"
-
-// restartScript runs scripts/rocketmq.sh verb on the test's own broker.
-func restartScript(t *testing.T, verb string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh")
-	out, err := exec.Command(script, verb).CombinedOutput()
-	require.NoError(t, err, "scripts/rocketmq.sh %s:\n%s", verb, out)
-}
 
 // restartable is what the restart test reads of either consumer.
 type restartable interface {
@@ -46,16 +27,11 @@ type restartable interface {
 // more). On the client alone, nothing is pulled before those pulls have
 // returned, so the check below fails.
 //
-// It needs a broker of its own (brokerRestartEnv) and takes about 40 s:
+// It needs a broker of its own (testbed.BrokerRestartEnv) and takes about 40 s:
 // one restart per kind of consumer, so that the requests checked are that
 // consumer's alone.
 func TestBrokerRestartConsumerPullsAgainAtOnce(t *testing.T) {
-	if os.Getenv(brokerRestartEnv) != "1" {
-		t.Skipf("set %s=1, with TXMSG_NAMESRV, TXMSG_BROKER, TXMSG_RMQ_BROKER_PORT and TXMSG_CACHE naming a broker of the test's own, "+
-			"to let this test kill and restart it (docs/testing.md)", brokerRestartEnv)
-	}
-	testbed.RequireBroker(t)
-	restartScript(t, "owns")
+	testbed.RequireRestartableBroker(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind, func(t *testing.T) { testBrokerRestartPullsAgain(t, kind) })
 	}
@@ -130,11 +106,11 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string) {
 	// tick; its queues are idle, each with a pull the broker holds.
 	time.Sleep(2 * time.Second)
 
-	restartScript(t, "kill")
+	testbed.RocketMQScript(t, "kill")
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			restartScript(t, "start")
+			testbed.RocketMQScript(t, "start")
 		}
 	})
 	pending, err := c.PendingRequests()
@@ -148,7 +124,7 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string) {
 	require.NotEmpty(t, pending, "no pull was in flight when the broker died")
 	t.Logf("requests in flight at the kill: %v", pending)
 
-	restartScript(t, "start")
+	testbed.RocketMQScript(t, "start")
 	restarted = true
 
 	after := b.message(consumerEvent{N: 2})

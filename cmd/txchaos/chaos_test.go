@@ -239,6 +239,47 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 handler: key d seq 1 handled after seq 2"), v.Examples)
 }
 
+// TestKeyMovedBetweenBrokersIsCountedApart: on a cluster, an ordered key
+// whose broker died is re-hashed to the other broker; an event the dead
+// broker stored just before is handled when it returns, after the key's
+// later events. The checker counts that apart (informational), and still
+// counts a key that stayed on one broker.
+func TestKeyMovedBetweenBrokersIsCountedApart(t *testing.T) {
+	t.Parallel()
+	s := &snapshot{
+		Attempts: map[string]*attempt{}, Orders: map[string]orderRow{}, Barrier: map[string]string{},
+		Outbox: map[string]outbox.Status{}, Stored: map[string][]storedMsg{}, StoredComplete: true,
+	}
+	add := func(id, key string, seq int, broker string) {
+		s.Attempts[id] = &attempt{ID: id, Mode: modeOutbox, Key: key, Seq: seq, Outcome: outcomeCommitted}
+		s.Orders[id] = orderRow{ID: id, Mode: modeOutbox, ShardKey: key, Seq: seq}
+		s.Outbox[id] = outbox.StatusSent
+		s.Stored[modeOutbox] = append(s.Stored[modeOutbox], storedMsg{ID: id, Key: key, Seq: seq, Broker: broker,
+			Offset: int64(len(s.Stored[modeOutbox]))})
+	}
+	handle := func(ids ...string) {
+		for _, id := range ids {
+			o := s.Orders[id]
+			s.Effects = append(s.Effects, effectRow{MsgID: id, Mode: modeOutbox, ShardKey: o.ShardKey, Seq: o.Seq})
+		}
+	}
+	// Key m: seq 1 on broker-a, which dies; seq 2 and 3 on broker-b,
+	// handled before broker-a returns with seq 1.
+	add("m1", "m", 1, "broker-a")
+	add("m2", "m", 2, "broker-b")
+	add("m3", "m", 3, "broker-b")
+	// Key s stays on broker-a and is handled out of order: a violation.
+	add("s1", "s", 1, "broker-a")
+	add("s2", "s", 2, "broker-a")
+	handle("m2", "m3", "m1", "s2", "s1")
+	v := evaluate(s)
+	require.Equal(t, 1, v.KeysMovedBroker, v.Examples)
+	require.Equal(t, 1, v.MovedKeyInversions, v.Examples)
+	require.Equal(t, 1, v.HandlerInversions, "key s only", v.Examples)
+	require.Zero(t, v.OrderViolations, v.Examples)
+	require.Equal(t, 1, v.violations(), v.Examples)
+}
+
 // TestBrokerOutageOutlastsRelayRetries: the broker-long-outage fault keeps
 // the broker down for longer than the relays would retry a row that counts
 // attempts, whatever its jitter, and only runs with the infrastructure

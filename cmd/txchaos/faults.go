@@ -135,15 +135,16 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		return rec
 	case kindBrokerOutage:
 		rec := faultRecord{Kind: kind, Start: time.Now()}
-		if err := r.script(ctx, "rocketmq.sh", "kill"); err != nil {
+		target := r.brokerTarget(odd)
+		if err := r.script(ctx, "rocketmq.sh", "kill", target...); err != nil {
 			rec.Err = err.Error()
 			return rec
 		}
 		down := brokerOutageFor(time.Duration(r.rng.Int64N(int64(3 * time.Second))))
-		rec.Detail = fmt.Sprintf("broker SIGKILLed, kept down for %s (relays: MaxAttempts %d × MaxBackoff %s)",
-			down.Round(time.Millisecond), relayMaxAttempts, relayMaxBackoff)
+		rec.Detail = fmt.Sprintf("%s SIGKILLed, kept down for %s (relays: MaxAttempts %d × MaxBackoff %s)",
+			brokerLabel(target), down.Round(time.Millisecond), relayMaxAttempts, relayMaxBackoff)
 		sleep(ctx, down)
-		if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
+		if err := r.retryScript(ctx, "rocketmq.sh", "start", target...); err != nil {
 			rec.Err = err.Error()
 		}
 		rec.End = time.Now()

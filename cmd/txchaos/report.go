@@ -109,6 +109,7 @@ type summary struct {
 	DrainMS                    int64 `json:"drain_ms"`
 	BrokerExtraCopies          int   `json:"broker_extra_copies"`
 	KeysMovedBroker            int   `json:"keys_moved_broker,omitempty"`
+	MovedKeyInversions         int   `json:"moved_key_inversions,omitempty"`
 	SweptCommitted             int   `json:"swept_committed"`
 	SweeperOnly                int   `json:"sweeper_only"`
 	Restarts                   int   `json:"restarts"`
@@ -126,7 +127,7 @@ func (r *report) summary() summary {
 		Faults: r.faultCounts(), Lost: v.Lost, Phantom: v.Phantom, DuplicateEffects: v.DuplicateEffects,
 		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, HandlerInversions: v.HandlerInversions, Pending: v.Pending, Dead: v.Dead,
 		OutcomeMismatches: v.OutcomeMismatches, Unrecorded: v.Unrecorded, Drained: r.Drained,
-		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, KeysMovedBroker: v.KeysMovedBroker, SweptCommitted: r.SweptCommitted,
+		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, KeysMovedBroker: v.KeysMovedBroker, MovedKeyInversions: v.MovedKeyInversions, SweptCommitted: r.SweptCommitted,
 		SweeperOnly: v.SweeperOnly,
 		Restarts:    r.Restarts, DataRaces: r.DataRaces, ElapsedS: int64(r.Elapsed.Seconds()), OK: r.OK(),
 	}
@@ -211,7 +212,8 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "process restarts: %d; broker extra copies (dropped by the inbox): %d; tx-mode handler order inversions (concurrent consumer, informational): %d\n",
 		r.Restarts, v.BrokerCopies, v.ConsumerOrderInversions)
 	if v.KeysMovedBroker > 0 {
-		fmt.Fprintf(w, "ordered keys stored on both brokers (fail-over re-hashed them; order checked per broker): %d\n", v.KeysMovedBroker)
+		fmt.Fprintf(w, "ordered keys stored on both brokers (fail-over re-hashed them; order checked per broker): %d; "+
+			"handled out of order across the fail-over (informational): %d\n", v.KeysMovedBroker, v.MovedKeyInversions)
 	}
 	if r.DataRaces > 0 {
 		fmt.Fprintf(w, "DATA RACES reported by children: %d (see the logs)\n", r.DataRaces)

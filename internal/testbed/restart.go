@@ -1,0 +1,41 @@
+package testbed
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// BrokerRestartEnv, set to 1, lets a test SIGKILL and restart the broker
+// with scripts/rocketmq.sh, which finds it from the test's environment
+// (TXMSG_NAMESRV, TXMSG_RMQ_BROKER_PORT, TXMSG_CACHE). Meant for a broker
+// of the test's own (make test-broker-faults starts one): everything else
+// on that broker fails while it is down.
+const BrokerRestartEnv = "TXMSG_BROKER_RESTART"
+
+// RequireRestartableBroker skips t unless BrokerRestartEnv is 1, and fails
+// it when the broker is unreachable or scripts/rocketmq.sh did not start
+// the broker of TXMSG_NAMESRV.
+func RequireRestartableBroker(t *testing.T) {
+	t.Helper()
+	if os.Getenv(BrokerRestartEnv) != "1" {
+		t.Skipf("set %s=1, with TXMSG_NAMESRV, TXMSG_BROKER, TXMSG_RMQ_BROKER_PORT and TXMSG_CACHE naming a broker of the test's own, "+
+			"to let this test kill and restart it (docs/testing.md)", BrokerRestartEnv)
+	}
+	RequireBroker(t)
+	RocketMQScript(t, "owns")
+}
+
+// RocketMQScript runs scripts/rocketmq.sh verb [args] with the test's
+// environment and fails t when it fails.
+func RocketMQScript(t *testing.T, verb string, args ...string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh")
+	out, err := exec.Command(script, append([]string{verb}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/rocketmq.sh %s: %v\n%s", verb, err, out)
+	}
+}
