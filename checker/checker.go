@@ -238,17 +238,7 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	var err error
 	if lit, ok := store.LiteralsFor(tx); ok {
 		// One round trip instead of a prepare, an execute and a close.
-		q := make([]byte, 0, 128+2*len(txID))
-		q = append(q, "INSERT INTO `"...)
-		q = append(q, c.cfg.Table...)
-		q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
-		q = lit.String(q, row.TxID)
-		q = append(q, ',')
-		q = lit.String(q, row.State)
-		q = append(q, ',')
-		q = lit.Time(q, row.CreatedAt)
-		q = append(q, ')')
-		err = tx.WithContext(ctx).Exec(string(q)).Error
+		err = tx.WithContext(ctx).Exec(c.literalInsert(lit, row, "")).Error
 	} else {
 		err = tx.WithContext(ctx).Table(c.cfg.Table).Create(&row).Error
 	}
@@ -269,6 +259,23 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	default:
 		return fmt.Errorf("%w: %s", txmsg.ErrRolledBackByCheck, txID)
 	}
+}
+
+// literalInsert is the INSERT of row as one literal statement, followed by
+// suffix.
+func (c *Checker) literalInsert(lit store.Literals, row Barrier, suffix string) string {
+	q := make([]byte, 0, 128+2*len(row.TxID)+len(suffix))
+	q = append(q, "INSERT INTO `"...)
+	q = append(q, c.cfg.Table...)
+	q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
+	q = lit.String(q, row.TxID)
+	q = append(q, ',')
+	q = lit.String(q, row.State)
+	q = append(q, ',')
+	q = lit.Time(q, row.CreatedAt)
+	q = append(q, ')')
+	q = append(q, suffix...)
+	return string(q)
 }
 
 // ErrBeyondPurgeHorizon means a transaction has no barrier row and may
@@ -316,17 +323,8 @@ func (c *Checker) ResolveSince(ctx context.Context, txID string, began time.Time
 	var res *gorm.DB
 	if lit, ok := store.LiteralsFor(c.db); ok {
 		// One round trip instead of a prepare, an execute and a close.
-		q := make([]byte, 0, 160+2*len(txID))
-		q = append(q, "INSERT INTO `"...)
-		q = append(q, c.cfg.Table...)
-		q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
-		q = lit.String(q, row.TxID)
-		q = append(q, ',')
-		q = lit.String(q, row.State)
-		q = append(q, ',')
-		q = lit.Time(q, row.CreatedAt)
-		q = append(q, ") ON DUPLICATE KEY UPDATE `tx_id` = `tx_id`"...)
-		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Exec(string(q))
+		q := c.literalInsert(lit, row, " ON DUPLICATE KEY UPDATE `tx_id` = `tx_id`")
+		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Exec(q)
 	} else {
 		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
 			Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
