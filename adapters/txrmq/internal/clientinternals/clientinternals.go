@@ -656,6 +656,19 @@ func ExpirePulls(pc any, stuck map[string]time.Time) (n int, err error) {
 		return 0, fmt.Errorf("%T.%s is %s, not sync.Map", pc, fieldQueueTable, f.Type())
 	}
 	expired := time.Now().Add(-pullExpiredAge)
+	err = rangeStuck(table, stuck, func(_, _ any, last atomicValue) error {
+		last.Store(expired)
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// rangeStuck calls fn for each queue of table whose broker is in stuck and
+// whose last pull started before the time stuck gives for that broker,
+// with the queue's key, its process queue and its last-pull time; it stops
+// at the first error.
+func rangeStuck(table *sync.Map, stuck map[string]time.Time, fn func(k, pq any, last atomicValue) error) (err error) {
 	table.Range(func(k, v any) bool {
 		mq, ok := k.(primitive.MessageQueue)
 		if !ok {
@@ -673,11 +686,10 @@ func ExpirePulls(pc any, stuck map[string]time.Time) (n int, err error) {
 		if at, _ := last.Load().(time.Time); at.IsZero() || !at.Before(gone) {
 			return true
 		}
-		last.Store(expired)
-		n++
-		return true
+		err = fn(k, v, last)
+		return err == nil
 	})
-	return n, err
+	return err
 }
 
 // Names of what PendingRequests reaches.
@@ -745,30 +757,13 @@ func RequeueStuck(c any, stuck map[string]time.Time) (n int, err error) {
 	}
 	var keys []any
 	var queues []dropper
-	p.table.Range(func(k, v any) bool {
-		mq, ok := k.(primitive.MessageQueue)
-		if !ok {
-			err = fmt.Errorf("process queue table key %T is not primitive.MessageQueue", k)
-			return false
-		}
-		gone, ok := stuck[mq.BrokerName]
-		if !ok {
-			return true
-		}
-		var last atomicValue
-		if last, err = lastPullTimeOf(v); err != nil {
-			return false
-		}
-		if at, _ := last.Load().(time.Time); at.IsZero() || !at.Before(gone) {
-			return true
-		}
+	err = rangeStuck(p.table, stuck, func(k, v any, _ atomicValue) error {
 		d, ok := v.(dropper)
 		if !ok {
-			err = fmt.Errorf("process queue %T lacks WithDropped(bool)", v)
-			return false
+			return fmt.Errorf("process queue %T lacks WithDropped(bool)", v)
 		}
 		keys, queues = append(keys, k), append(queues, d)
-		return true
+		return nil
 	})
 	if err != nil || len(keys) == 0 {
 		return 0, err
