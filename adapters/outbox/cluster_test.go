@@ -3,10 +3,6 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -18,18 +14,6 @@ import (
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
-
-// clusterScript runs scripts/rocketmq.sh verb [broker] on the two-broker
-// cluster.
-func clusterScript(t *testing.T, args ...string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command(filepath.Join(root, "scripts", "rocketmq.sh"), args...)
-	cmd.Env = append(os.Environ(), "TXMSG_RMQ_BROKERS=2", "TXMSG_ROCKETMQ_MODE=jar")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "scripts/rocketmq.sh %v:\n%s", args, out)
-}
 
 // TestClusterRelayAndConsumerKeepGoingWithABrokerDown: on the two-broker
 // cluster (make test-cluster), the local-table relay publishes and a
@@ -73,11 +57,11 @@ func TestClusterRelayAndConsumerKeepGoingWithABrokerDown(t *testing.T) {
 	before := e.send(20, "before", withKeys)
 	require.Eventually(t, func() bool { return count(before) == len(before) }, time.Minute, 100*time.Millisecond)
 
-	clusterScript(t, "kill", brokers[0].Name)
+	testbed.ClusterScript(t, "kill", brokers[0].Name)
 	during := e.send(40, "during", withKeys)
 	require.Eventually(t, func() bool { return count(during) == len(during) }, time.Minute, 100*time.Millisecond,
 		"events committed while %s was down were not all handled (%d of %d)", brokers[0].Name, count(during), len(during))
-	clusterScript(t, "start", brokers[0].Name)
+	testbed.ClusterScript(t, "start", brokers[0].Name)
 
 	after := e.send(20, "after", withKeys)
 	all := append(append(append([]string{}, before...), during...), after...)

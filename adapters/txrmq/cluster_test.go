@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,17 +166,6 @@ func TestClusterTransactionsOverBothBrokers(t *testing.T) {
 	require.EqualValues(t, 32, e.orders(t))
 }
 
-// rocketmqScript runs scripts/rocketmq.sh verb [broker] on the cluster.
-func rocketmqScript(t *testing.T, args ...string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command(filepath.Join(root, "scripts", "rocketmq.sh"), args...)
-	cmd.Env = append(os.Environ(), "TXMSG_RMQ_BROKERS=2", "TXMSG_ROCKETMQ_MODE=jar")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "scripts/rocketmq.sh %v:\n%s", args, out)
-}
-
 // broker-a is SIGKILLed while transactions and plain publishes run: sends
 // fail over to broker-b, every committed transaction and every publish
 // that returned nil is delivered, and the half messages a killed producer
@@ -233,11 +220,11 @@ func TestClusterBrokerKillFailsOverAndLosesNothing(t *testing.T) {
 		}(w)
 	}
 	time.Sleep(2 * time.Second)
-	rocketmqScript(t, "kill", brokers[0].Name)
+	testbed.ClusterScript(t, "kill", brokers[0].Name)
 	killed.Store(true)
 	require.Eventually(t, func() bool { return afterKill.Load() >= 20 }, 60*time.Second, 100*time.Millisecond,
 		"transactions did not fail over to %s", brokers[1].Name)
-	rocketmqScript(t, "start", brokers[0].Name)
+	testbed.ClusterScript(t, "start", brokers[0].Name)
 	time.Sleep(2 * time.Second)
 	stop()
 	wg.Wait()

@@ -32,10 +32,23 @@ func RequireRestartableBroker(t *testing.T) {
 // environment and fails t when it fails.
 func RocketMQScript(t *testing.T, verb string, args ...string) {
 	t.Helper()
+	runRocketMQScript(t, nil, append([]string{verb}, args...))
+}
+
+// ClusterScript runs scripts/rocketmq.sh verb [broker] on the two-broker
+// cluster of make test-cluster and fails t when it fails.
+func ClusterScript(t *testing.T, args ...string) {
+	t.Helper()
+	runRocketMQScript(t, []string{"TXMSG_RMQ_BROKERS=2", "TXMSG_ROCKETMQ_MODE=jar"}, args)
+}
+
+func runRocketMQScript(t *testing.T, env, args []string) {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh")
-	out, err := exec.Command(script, append([]string{verb}, args...)...).CombinedOutput()
+	cmd := exec.Command(filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("scripts/rocketmq.sh %s: %v\n%s", verb, err, out)
+		t.Fatalf("scripts/rocketmq.sh %v: %v\n%s", args, err, out)
 	}
 }
