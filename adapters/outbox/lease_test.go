@@ -3,12 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -255,20 +251,7 @@ func TestDeadRelayStopsCounting(t *testing.T) {
 	longGone := Member{Name: "long-gone", SeenAt: time.Now().UTC().Add(-forgetAfter*killChildTTL - time.Minute)}
 	require.NoError(t, e.db.Table(DefaultTable+relaySuffix).Create(&longGone).Error)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestUnorderedKilledRelayChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), killChildDSN+"="+e.dsn)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("child output:\n%s", out.String())
-		}
-	}()
+	child := startKillChild(t, e)
 	require.Eventually(t, func() bool { return e.owners()["child"] == DefaultBuckets }, time.Minute, tick,
 		"the child relay takes every bucket")
 
@@ -293,8 +276,7 @@ func TestDeadRelayStopsCounting(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c", "child"}, names(members), "every relay registered; the row of a relay long gone is deleted")
 
 	before := rounds(relays)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	<-exited
+	child.kill(t)
 	last := e.waitEven([]string{"a", "b", "c"}, 10*killChildTTL, "the three survivors of the kill")
 	took := maxSince(relays, before)
 	t.Logf("survivors even %d lease rounds after the kill (LeaseTTL is 3 rounds): %v", took, last)

@@ -167,25 +167,14 @@ func TestUnorderedKilledRelayHandsOver(t *testing.T) {
 	const n = 3000
 	e.enqueue(n, func(i int) *txmsg.Message { return e.msg(fmt.Sprintf("k-%d", i)) })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestUnorderedKilledRelayChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), killChildDSN+"="+e.dsn)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
+	child := startKillChild(t, e)
 	require.Eventually(t, func() bool {
 		return e.owners()["child"] == DefaultBuckets && e.stats().Sent > 0
 	}, time.Minute, tick, "the child relay takes every bucket and publishes")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	<-exited
+	child.kill(t)
 	killed := time.Now()
 	left := e.stats().Pending
-	require.Positive(t, left, "the child was killed mid-backlog; child output:\n%s", out.String())
+	require.Positive(t, left, "the child was killed mid-backlog; child output:\n%s", child.out.String())
 	var expiry time.Time
 	require.NoError(t, e.db.Table(DefaultTable+leaseSuffix).Select("MAX(expires_at)").Where("owner = ?", "child").Scan(&expiry).Error)
 
@@ -293,4 +282,39 @@ func TestAsManyRelaysAsBuckets(t *testing.T) {
 	}
 	t.Logf("one bucket each after %d lease rounds; %d buckets handed over or released", took, moved)
 	require.LessOrEqual(t, took, int64(maxSpreadRounds), "lease rounds to one bucket each")
+}
+
+// killChild is a relay in a child process (TestUnorderedKilledRelayChild)
+// on e's database, named "child", for a test to SIGKILL.
+type killChild struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	out    *strings.Builder
+}
+
+// startKillChild starts a killChild; it is killed, if still running, when
+// t ends, and its output is logged when t failed.
+func startKillChild(t *testing.T, e *env) *killChild {
+	t.Helper()
+	c := &killChild{exited: make(chan struct{}), out: &strings.Builder{}}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^TestUnorderedKilledRelayChild$", "-test.v", "-test.count=1")
+	c.cmd.Env = append(os.Environ(), killChildDSN+"="+e.dsn)
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	require.NoError(t, c.cmd.Start())
+	go func() { _ = c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		if t.Failed() {
+			t.Logf("child output:\n%s", c.out.String())
+		}
+	})
+	return c
+}
+
+// kill SIGKILLs the child and waits until it is gone.
+func (c *killChild) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	<-c.exited
 }
