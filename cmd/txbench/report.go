@@ -116,15 +116,21 @@ var loadWhat = map[string]string{
 	"b3r": "B0r through txmsg outbox (enqueue only)",
 }
 
-// load records a closed-loop business phase.
-func (r *results) load(id string, res loadResult) {
+// row is the table row of a closed-loop phase.
+func (res loadResult) row(phase, what, unit string) row {
 	x := row{
-		Phase: strings.ToUpper(id), What: loadWhat[id], Rate: res.perSecond(), Unit: "tx/s",
+		Phase: phase, What: what, Rate: res.perSecond(), Unit: unit,
 		P50: res.lat.pct(50), P99: res.lat.pct(99), Ops: res.ops, Errors: res.errs, Secs: res.elapsed.Seconds(), CPU: res.cpu,
 	}
 	if res.firstEr != nil {
 		x.Note = "first error: " + res.firstEr.Error()
 	}
+	return x
+}
+
+// load records a closed-loop business phase.
+func (r *results) load(id string, res loadResult) {
+	x := res.row(strings.ToUpper(id), loadWhat[id], "tx/s")
 	r.add(x)
 	r.set("tps_"+id, x.Rate)
 	r.ratio("ratio_b2_b1", "tps_b2", "tps_b1")

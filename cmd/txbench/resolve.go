@@ -66,14 +66,7 @@ func (b *bench) runB6(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	x := row{
-		Phase: "B6", What: fmt.Sprintf("checker.Resolve, %d workers, 1/3 each committed/rolled back/unknown", b.cfg.Workers),
-		Rate: res.perSecond(), Unit: "resolve/s", P50: res.lat.pct(50), P99: res.lat.pct(99),
-		Ops: res.ops, Errors: res.errs, Secs: res.elapsed.Seconds(), CPU: res.cpu,
-	}
-	if res.firstEr != nil {
-		x.Note = "first error: " + res.firstEr.Error()
-	}
+	x := res.row("B6", fmt.Sprintf("checker.Resolve, %d workers, 1/3 each committed/rolled back/unknown", b.cfg.Workers), "resolve/s")
 	b.res.add(x)
 	b.res.set("resolve_per_s", x.Rate)
 	b.res.set("resolve_p99_ms", x.P99)
@@ -83,11 +76,7 @@ func (b *bench) runB6(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.res.add(row{
-		Phase: "B6s", What: "checker.Resolve, 1 worker (the client's check-back goroutine)",
-		Rate: serial.perSecond(), Unit: "resolve/s", P50: serial.lat.pct(50), P99: serial.lat.pct(99),
-		Ops: serial.ops, Errors: serial.errs, Secs: serial.elapsed.Seconds(), CPU: serial.cpu,
-	})
+	b.res.add(serial.row("B6s", "checker.Resolve, 1 worker (the client's check-back goroutine)", "resolve/s"))
 	b.res.set("resolve_serial_per_s", serial.perSecond())
 	b.res.extra["resolve_serial_p99_ms"] = serial.lat.pct(99)
 	if n := wrong.Load(); n > 0 {
@@ -143,11 +132,7 @@ func (b *bench) runB6c(ctx context.Context, chk *checker.Checker) error {
 	if err != nil {
 		return err
 	}
-	b.res.add(row{
-		Phase: "B6c", What: fmt.Sprintf("Transactional check-back from the outcome cache, %d workers", b.cfg.Workers),
-		Rate: res.perSecond(), Unit: "resolve/s", P50: res.lat.pct(50), P99: res.lat.pct(99),
-		Ops: res.ops, Errors: res.errs, Secs: res.elapsed.Seconds(), CPU: res.cpu,
-	})
+	b.res.add(res.row("B6c", fmt.Sprintf("Transactional check-back from the outcome cache, %d workers", b.cfg.Workers), "resolve/s"))
 	b.res.set("resolve_cached_per_s", res.perSecond())
 	b.res.set("resolve_cached_p99_ms", res.lat.pct(99))
 	b.res.extra["resolve_cached_p50_us"] = 1000 * res.lat.pct(50)
@@ -158,11 +143,7 @@ func (b *bench) runB6c(ctx context.Context, chk *checker.Checker) error {
 	if err != nil {
 		return err
 	}
-	b.res.add(row{
-		Phase: "B6cs", What: "Transactional check-back from the outcome cache, 1 worker",
-		Rate: serial.perSecond(), Unit: "resolve/s", P50: serial.lat.pct(50), P99: serial.lat.pct(99),
-		Ops: serial.ops, Errors: serial.errs, Secs: serial.elapsed.Seconds(), CPU: serial.cpu,
-	})
+	b.res.add(serial.row("B6cs", "Transactional check-back from the outcome cache, 1 worker", "resolve/s"))
 	b.res.set("resolve_cached_serial_per_s", serial.perSecond())
 	b.res.set("resolve_cached_serial_p99_ms", serial.lat.pct(99))
 	b.res.extra["resolve_cached_serial_p50_us"] = 1000 * serial.lat.pct(50)
