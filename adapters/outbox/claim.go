@@ -37,22 +37,33 @@ var errAbandoned = errors.New("outbox: batch abandoned on shutdown")
 // [0, Buckets), written with another Buckets setting or by hand, so no row
 // is left behind.
 func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
-	var res cycleResult
-	if err := r.remark(ctx); err != nil {
+	res, _, owned, err := r.beginCycle(ctx)
+	if err != nil {
 		return res, err
 	}
-	if err := r.maintainLeases(ctx); err != nil {
-		return res, err
-	}
-	now := time.Now().UTC()
-	res.retryAt(now, r.lease.next)
-	owned := r.lease.usable(now, r.cfg.LeaseTTL)
 	if len(owned) == 0 || ctx.Err() != nil {
 		return res, nil
 	}
 	more, err := r.claimDue(ctx, owned)
 	res.more = more
 	return res, err
+}
+
+// beginCycle starts a cycle of either kind: it first applies the marks a
+// failed claim left (see remark), then runs a lease round when one is due,
+// and returns the cycle's result so far (the next lease round as its
+// retry time), the time it took as now, and the buckets this relay may
+// claim from.
+func (r *Relay) beginCycle(ctx context.Context) (res cycleResult, now time.Time, owned []int, err error) {
+	if err := r.remark(ctx); err != nil {
+		return res, now, nil, err
+	}
+	if err := r.maintainLeases(ctx); err != nil {
+		return res, now, nil, err
+	}
+	now = time.Now().UTC()
+	res.retryAt(now, r.lease.next)
+	return res, now, r.lease.usable(now, r.cfg.LeaseTTL), nil
 }
 
 // claimDue claims the due rows of the owned buckets that no other relay

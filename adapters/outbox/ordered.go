@@ -15,16 +15,11 @@ import (
 // cycleOrdered renews leases when due and then works through each bucket
 // this relay owns.
 func (r *Relay) cycleOrdered(ctx context.Context) (cycleResult, error) {
-	var res cycleResult
-	if err := r.remark(ctx); err != nil {
+	res, now, owned, err := r.beginCycle(ctx)
+	if err != nil {
 		return res, err
 	}
-	if err := r.maintainLeases(ctx); err != nil {
-		return res, err
-	}
-	now := time.Now().UTC()
-	res.retryAt(now, r.lease.next)
-	for _, b := range r.lease.usable(now, r.cfg.LeaseTTL) {
+	for _, b := range owned {
 		if ctx.Err() != nil {
 			return res, nil
 		}
