@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -323,7 +324,8 @@ func TestRelayRetriesWaitingRowsWhenTheBrokerReturns(t *testing.T) {
 				tried = 2
 			}
 			require.Eventually(t, func() bool { return waitingHour(tried) }, waitFor, tick)
-			require.ErrorIs(t, r.Health(context.Background()), txmsg.ErrUnavailable)
+			// The relay records the outage after its cycle, a moment after the rows.
+			require.Eventually(t, func() bool { return errors.Is(r.Health(context.Background()), txmsg.ErrUnavailable) }, waitFor, tick)
 			away.Store(false)
 			pub.sig <- struct{}{}
 			require.Eventually(t, func() bool { return e.stats().Sent == 4 }, waitFor, tick, "a broker's return retries the waiting rows")
