@@ -87,7 +87,7 @@ test-cluster:
 
 ## test-broker-faults: the tests that need a broker of their own, each on a private broker (ports and store
 ## of its own; the default-port broker is never touched), started and stopped here: a broker that is
-## SIGKILLed and restarted under a relay and under a consumer (TXMSG_BROKER_RESTART), and one that deletes its commit-log files within
+## SIGKILLed and restarted under a relay, under the consumers and under the sweeper (TXMSG_BROKER_RESTART), and one that deletes its commit-log files within
 ## seconds, so a new consumer group gets "not found" for its start offset (TXMSG_EXPIRING_BROKER). About 3 min.
 ## Without -race, like test-cluster. See docs/testing.md.
 RESTART_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:14876 TXMSG_RMQ_BROKER_PORT=15911 TXMSG_BROKER=127.0.0.1:15911
@@ -101,7 +101,7 @@ test-broker-faults:
 	status=0; $(RESTART_ENV) TXMSG_BROKER_RESTART=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
 		-run '^TestBrokerRestartWaitingRowsGoOutAtOnce$$' ./adapters/outbox/ || status=$$?; \
 	if [ $$status -eq 0 ]; then $(RESTART_ENV) TXMSG_BROKER_RESTART=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
-		-run '^TestBrokerRestartConsumerPullsAgainAtOnce$$' ./adapters/txrmq/ || status=$$?; fi; \
+		-run '^TestBrokerRestart(Consumer|Sweeper)PullsAgainAtOnce$$' ./adapters/txrmq/ || status=$$?; fi; \
 	$(RESTART_ENV) scripts/rocketmq.sh stop; exit $$status
 	$(EXPIRING_ENV) scripts/rocketmq.sh stop
 	$(EXPIRING_ENV) scripts/rocketmq.sh wipe

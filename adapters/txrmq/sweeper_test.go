@@ -2,6 +2,7 @@ package txrmq
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -184,4 +186,134 @@ func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
 	require.Contains(t, parked[0].Error, "purge horizon")
 	require.Empty(t, e.barrier(t, committed), "no rolled_back row may be written for it")
 	require.Zero(t, obs.Count(committed))
+}
+
+// sweepSpy is the sweeper's publisher in TestBrokerRestartSweeperPullsAgainAtOnce:
+// when the sweeper publishes the event it waits for, it records which of
+// the sweeper client's requests are still pending.
+type sweepSpy struct {
+	txmsg.Publisher
+	pending func() ([]int32, error)
+
+	mu      sync.Mutex
+	waitFor string
+	got     chan []int32
+	seen    map[string]bool
+}
+
+func (p *sweepSpy) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
+	p.mu.Lock()
+	for _, m := range msgs {
+		if p.seen[m.ID] {
+			continue
+		}
+		p.seen[m.ID] = true
+		if m.ID == p.waitFor {
+			pending, err := p.pending()
+			if err != nil {
+				pending = nil
+			}
+			p.got <- pending
+		}
+	}
+	p.mu.Unlock()
+	return p.Publisher.Publish(ctx, msgs...)
+}
+
+func (p *sweepSpy) expect(id string) chan []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waitFor, p.got = id, make(chan []int32, 1)
+	return p.got
+}
+
+// After its broker is SIGKILLed and started again, the sweeper's queue of
+// CheckMaxTimeTopic is re-created at the broker's return, and a half
+// message the broker discarded after the restart is republished while the
+// pull sent before the kill still waits for its answer. Left alone, the
+// client pulls again when the lost pull times out (30 s after it was sent,
+// and 3 s more) or earlier when it re-creates the queue on its own (it did
+// 12–17 s after the kill in three runs), so the wait depends on its
+// timers; what fails there is the count of queues re-created.
+//
+// It needs a broker of its own (testbed.BrokerRestartEnv) and takes about
+// 30 s.
+func TestBrokerRestartSweeperPullsAgainAtOnce(t *testing.T) {
+	testbed.RequireRestartableBroker(t)
+	e := newTxEnv(t)
+	// Check-backs cannot reach the database, so the broker discards the
+	// half messages; the sweeper reads the barrier directly.
+	proxy, cutChk := e.cuttableChecker(t)
+	e.start(t, e.db, cutChk, nil)
+	proxy.Cut()
+
+	spy := &sweepSpy{Publisher: newTestPublisher(t, 0), seen: map[string]bool{}}
+	sw, err := NewSweeper(SweeperConfig{
+		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep")},
+		ProducerGroups:  []string{e.group},
+		HoldFor:         3 * time.Second,
+		RetryDelayLevel: 1,
+	}, e.chk, spy)
+	require.NoError(t, err)
+	require.NoError(t, sw.Start(context.Background()))
+	t.Cleanup(func() { _ = sw.Close(context.Background()) })
+	clientPending := func() ([]int32, error) {
+		sw.mu.Lock()
+		pc := sw.pc
+		sw.mu.Unlock()
+		if pc == nil {
+			return nil, errors.New("the sweeper's consumer has not started")
+		}
+		return clientinternals.PendingRequests(pc)
+	}
+	spy.pending = clientPending
+
+	before := txmsg.NewID()
+	swept := spy.expect(before)
+	runChild(t, e, "after-local-commit", before)
+	select {
+	case <-swept:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the half message discarded before the kill was not swept")
+	}
+	// The pull that follows the one which brought it is now held by the
+	// broker; a new half message waits for its check-backs.
+	time.Sleep(time.Second)
+	after := txmsg.NewID()
+	runChild(t, e, "after-local-commit", after)
+
+	testbed.RocketMQScript(t, "kill")
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			testbed.RocketMQScript(t, "start")
+		}
+	})
+	lost, err := clientPending()
+	require.NoError(t, err)
+	require.NotEmpty(t, lost, "no pull was in flight when the broker died")
+	lostAtKill := map[int32]bool{}
+	for _, o := range lost {
+		lostAtKill[o] = true
+	}
+	swept = spy.expect(after)
+	testbed.RocketMQScript(t, "start")
+	restarted = true
+
+	var stillLost []int32
+	select {
+	case pending := <-swept:
+		for _, o := range pending {
+			if lostAtKill[o] {
+				stillLost = append(stillLost, o)
+			}
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the half message discarded after the restart was not swept")
+	}
+	t.Logf("requests in flight at the kill: %v; queues re-created: %d; still waiting when the sweeper republished: %v",
+		lost, sw.expired.Load(), stillLost)
+	require.NotEmpty(t, stillLost,
+		"the sweeper republished only once every pull lost with the broker had returned")
+	require.Positive(t, sw.expired.Load())
 }
