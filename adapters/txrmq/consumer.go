@@ -56,6 +56,8 @@ type ConsumerConfig struct {
 	// failing is delivered again; after that the broker moves it to the
 	// dead-letter topic %DLQ%<Group> (which consumers do not read; inspect
 	// and resend it with mqadmin). Default [DefaultMaxReconsumeTimes] (16).
+	// A failure while the inbox's database does not answer is not a
+	// delivery: the consumer holds the message until the database answers.
 	MaxReconsumeTimes int
 	// RetryDelayLevel is the broker delay level of every redelivery after
 	// a handler error. Zero, the default, lets the broker pick level
@@ -106,7 +108,11 @@ func (c *ConsumerConfig) validate() error {
 //     dead-letter table) → acknowledged;
 //   - handler error or panic → rolled back and delivered again later (see
 //     ConsumerConfig.RetryDelayLevel), up to MaxReconsumeTimes times, then
-//     moved to the broker's %DLQ%<Group> topic.
+//     moved to the broker's %DLQ%<Group> topic;
+//   - any failure while the inbox's database does not answer a probe →
+//     rolled back, not counted: the message is held in process and run
+//     again once the database answers, so an outage longer than the
+//     retry budget sends nothing to %DLQ%<Group>.
 //
 // The dedupe key is the txmsg ID (the TXMSG_ID property) of messages sent
 // through txmsg. Messages from other producers are deduped by the broker's
@@ -505,6 +511,9 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 
 	rec := fromExt(ext)
 	outcome, err := c.run(ctx, r, rec)
+	if err != nil && ctx.Err() == nil {
+		outcome, err = c.holdThroughOutage(ctx, r, rec, err)
+	}
 	if err != nil {
 		attrs := []any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "attempt", rec.Attempt, "err", err}
 		switch {
@@ -524,6 +533,50 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 	}
 	c.observe(rec, outcome, err)
 	return err == nil
+}
+
+// holdThroughOutage runs rec again for as long as its attempts fail while
+// the inbox's database does not answer, waiting between probes (see
+// databaseDown): such failures are the database's, so the message is held
+// here instead of going back to the broker, where each redelivery counts
+// an attempt towards MaxReconsumeTimes and the dead-letter topic. It
+// returns the first result that is a success or a failure with the
+// database answering, or the last failure when the consumer closes.
+//
+// A held message keeps its slot of Concurrency, so a long outage stops
+// the consumer taking new messages once every slot holds one. The client
+// sends a message back to the broker (one attempt) when it has been held
+// for its consume timeout (15 min).
+func (c *Consumer) holdThroughOutage(ctx context.Context, r txmsg.Route, rec *txmsg.Received, err error) (txmsg.Outcome, error) {
+	var outcome txmsg.Outcome
+	held := time.Now()
+	for n := 1; err != nil; n++ {
+		perr := databaseDown(ctx, c.inbox)
+		if perr == nil {
+			if n > 1 {
+				c.log.Info("database answers again; the held message failed once more and goes back to the broker",
+					"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "held_for", time.Since(held).Round(time.Millisecond))
+			}
+			return outcome, err
+		}
+		if n == 1 {
+			c.log.Warn("database unreachable; the message is held without counting an attempt until it answers",
+				"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "attempt", rec.Attempt, "err", err, "probe_err", perr)
+		}
+		select {
+		case <-c.closing:
+			return outcome, err
+		case <-ctx.Done():
+			return outcome, err
+		case <-time.After(outageWait(n)):
+		}
+		outcome, err = c.run(ctx, r, rec)
+		if err == nil {
+			c.log.Info("database answers again; the held message was processed",
+				"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "state", outcome.String(), "held_for", time.Since(held).Round(time.Millisecond))
+		}
+	}
+	return outcome, err
 }
 
 // run calls r.Process and turns a panic outside the handler (in a codec,

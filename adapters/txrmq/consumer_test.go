@@ -45,6 +45,7 @@ type consumerSeen struct {
 type consumerBed struct {
 	t     *testing.T
 	db    *gorm.DB
+	dsn   string
 	inbox *txmsg.Inbox
 	topic string
 	group string
@@ -60,7 +61,7 @@ func newConsumerBed(t *testing.T, opts ...testbed.DBOption) *consumerBed {
 	// which the calls below read.
 	testbed.QuietClientLogs()
 	ctx := context.Background()
-	db := testbed.DB(t, opts...)
+	db, dsn := testbed.DBWithDSN(t, opts...)
 	topic := testbed.Topic(t)
 	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
@@ -73,7 +74,7 @@ func newConsumerBed(t *testing.T, opts ...testbed.DBOption) *consumerBed {
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
-	return &consumerBed{t: t, db: db, inbox: inbox, topic: topic, group: testbed.Name(t, "cg"), pub: pub}
+	return &consumerBed{t: t, db: db, dsn: dsn, inbox: inbox, topic: topic, group: testbed.Name(t, "cg"), pub: pub}
 }
 
 func (b *consumerBed) config() txrmq.ConsumerConfig {

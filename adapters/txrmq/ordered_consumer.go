@@ -60,7 +60,8 @@ type OrderedConsumerConfig struct {
 	// dead-letter table (see [txmsg.Inbox.ParkFailed]) and its queue goes
 	// on. Default DefaultMaxReconsumeTimes (16). Retries are counted by the
 	// process that makes them: a message that moves to another consumer
-	// (rebalance, crash) starts counting again.
+	// (rebalance, crash) starts counting again. A failure while the inbox's
+	// database does not answer is not counted.
 	MaxReconsumeTimes int
 	// MinBackoff and MaxBackoff bound how long a queue waits before it
 	// retries a failed message: MinBackoff after the first failure,
@@ -123,7 +124,11 @@ func (c *OrderedConsumerConfig) validate() error {
 //     queue overtakes it;
 //   - still failing after MaxReconsumeTimes retries → parked in the
 //     dead-letter table (txmsg.Inbox.ParkFailed), logged at error level,
-//     and the queue goes on.
+//     and the queue goes on;
+//   - any failure while the inbox's database does not answer a probe →
+//     rolled back, not counted: the queue waits (0.5 s, doubling to 10 s)
+//     and runs the same message again, so an outage never parks a
+//     message.
 //
 // Other queues keep flowing while one waits, until that queue holds 2048
 // pulled messages; then pulling waits for it.
@@ -455,6 +460,7 @@ func (c *OrderedConsumer) handle(pq processQueue, ext *primitive.MessageExt) boo
 		err := fmt.Errorf("ordered consumer: no route for topic %q", rec.Message.Topic)
 		return c.park(pq, rec, err)
 	}
+	outage := 0 // probes that found the database down since the last attempt that counted
 	for {
 		if pq.IsDroppd() || c.isClosing() {
 			return false
@@ -477,6 +483,20 @@ func (c *OrderedConsumer) handle(pq processQueue, ext *primitive.MessageExt) boo
 		}
 		attrs := []any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
 			"queue_id", ext.Queue.QueueId, "queue_offset", ext.QueueOffset, "attempt", rec.Attempt, "err", err}
+		// A failure while the database does not answer is the database's:
+		// it counts no attempt, so an outage never parks a message.
+		if perr := databaseDown(c.handlerCtx, c.inbox); perr != nil {
+			outage++
+			if outage == 1 {
+				c.log.Warn("database unreachable; the queue waits and retries the same message without counting an attempt",
+					append(attrs, "probe_err", perr)...)
+			}
+			if !c.sleep(pq, outageWait(outage)) {
+				return false
+			}
+			continue
+		}
+		outage = 0
 		if rec.Attempt > c.cfg.MaxReconsumeTimes {
 			return c.park(pq, rec, err)
 		}
