@@ -126,7 +126,7 @@ func (c *OrderedConsumerConfig) validate() error {
 //     dead-letter table (txmsg.Inbox.ParkFailed), logged at error level,
 //     and the queue goes on;
 //   - any failure while the inbox's database does not answer a probe →
-//     rolled back, not counted: the queue waits (0.5 s, doubling to 10 s)
+//     rolled back, not counted: the queue waits (0.5 s, doubling to 5 s)
 //     and runs the same message again, so an outage never parks a
 //     message.
 //

@@ -18,7 +18,7 @@ const (
 	outageProbeTimeout = 5 * time.Second
 	// outageWaitMin and outageWaitMax bound the wait between probes.
 	outageWaitMin = 500 * time.Millisecond
-	outageWaitMax = 10 * time.Second
+	outageWaitMax = 5 * time.Second
 )
 
 // databaseDown probes the inbox's database after a failed attempt and
@@ -30,7 +30,7 @@ func databaseDown(ctx context.Context, in *txmsg.Inbox) error {
 }
 
 // outageWait is the wait after the n-th probe (n ≥ 1) of an outage that
-// found the database down: 0.5 s, doubling up to 10 s.
+// found the database down: 0.5 s, doubling up to 5 s.
 func outageWait(n int) time.Duration {
 	return min(outageWaitMin<<min(n-1, 8), outageWaitMax)
 }

@@ -280,6 +280,22 @@ func TestKeyMovedBetweenBrokersIsCountedApart(t *testing.T) {
 	require.Equal(t, 1, v.violations(), v.Examples)
 }
 
+// TestDBOutageOutlastsConsumerRetries: the db-long-outage fault keeps the
+// database down for longer than both consumers' retry budgets, and only
+// with TXMSG_CHAOS_INFRA.
+func TestDBOutageOutlastsConsumerRetries(t *testing.T) {
+	require.Equal(t, 15*time.Second, consumerRetryBudget())
+	require.Equal(t, 12500*time.Millisecond, orderedRetryBudget())
+	require.Greater(t, dbOutageFor(0), consumerRetryBudget())
+	require.Greater(t, dbOutageFor(0), orderedRetryBudget())
+	require.Contains(t, allKinds, kindDBOutage)
+	require.True(t, infraKinds[kindDBOutage])
+	r := &runner{cfg: config{Kinds: []string{kindDBOutage}}}
+	require.False(t, r.touchesDB(), "never without TXMSG_CHAOS_INFRA")
+	r.cfg.Infra = true
+	require.True(t, r.touchesDB())
+}
+
 // TestBrokerOutageOutlastsRelayRetries: the broker-long-outage fault keeps
 // the broker down for longer than the relays would retry a row that counts
 // attempts, whatever its jitter, and only runs with the infrastructure

@@ -31,18 +31,37 @@ const (
 	// outlasts MaxAttempts × MaxBackoff in seconds: only rows the broker
 	// refuses may count attempts, and a broker that is away refuses none.
 	relayMaxAttempts = 3
-	// consumerRetryLevel: every redelivery after a handler error waits
-	// 5 s (broker delay level 2) instead of 10 s, 30 s, 1 min, ...; 16
-	// retries then span 80 s, longer than any single outage here.
+	// consumerRetryLevel and consumerMaxRetries: every redelivery after a
+	// handler error waits 5 s (broker delay level 2) instead of 10 s,
+	// 30 s, 1 min, ...; 3 redeliveries span 15 s, shorter than the
+	// db-long-outage fault: failures while the database is down must not
+	// count, or its messages would go to %DLQ% and be lost to the run.
 	consumerRetryLevel = 2
+	consumerMaxRetries = 3
 	// orderedMinBackoff, orderedMaxBackoff and orderedMaxRetries: an
-	// ordered queue whose handler fails (the database is away) retries in
-	// place after 0.5 s, doubling up to 5 s; 32 retries span about 2.5
-	// min, longer than any outage here, so nothing is parked.
+	// ordered queue whose handler fails retries in place after 0.5 s,
+	// doubling up to 5 s; 5 retries span 12.5 s, again shorter than the
+	// db-long-outage fault, so an outage that counted would park messages.
 	orderedMinBackoff = 500 * time.Millisecond
 	orderedMaxBackoff = 5 * time.Second
-	orderedMaxRetries = 32
+	orderedMaxRetries = 5
+	// consumerLevelDelay is the broker's delay of consumerRetryLevel.
+	consumerLevelDelay = 5 * time.Second
 )
+
+// consumerRetryBudget is how long the concurrent consumer's redeliveries
+// of a failing message span before the broker moves it to %DLQ%.
+func consumerRetryBudget() time.Duration { return consumerMaxRetries * consumerLevelDelay }
+
+// orderedRetryBudget is how long the ordered consumer retries a failing
+// message in place before it parks it.
+func orderedRetryBudget() time.Duration {
+	var d time.Duration
+	for i, b := 0, orderedMinBackoff; i < orderedMaxRetries; i, b = i+1, min(2*b, orderedMaxBackoff) {
+		d += b
+	}
+	return d
+}
 
 // Relay naming schemes (config.RelayNames).
 const (
@@ -159,9 +178,10 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	// topic to an ordered one (its own group: a group is consumed one way
 	// or the other), whose handling order I5 checks.
 	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config:          txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.ConsumerGroup, Logger: log},
-		Concurrency:     8,
-		RetryDelayLevel: consumerRetryLevel,
+		Config:            txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.ConsumerGroup, Logger: log},
+		Concurrency:       8,
+		RetryDelayLevel:   consumerRetryLevel,
+		MaxReconsumeTimes: consumerMaxRetries,
 	}, inbox, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeTx]}, handler(modeTx)))
 	if err != nil {
 		return err

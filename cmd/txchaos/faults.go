@@ -46,21 +46,43 @@ const (
 	// broker outage against its rows would make them dead; then starts it
 	// again. The run must end with no dead row and nothing lost.
 	kindBrokerOutage = "broker-long-outage"
+	// kindDBOutage stops the database for longer than the consumers'
+	// whole retry budgets (MaxReconsumeTimes redeliveries, or retries in
+	// place), so a consumer that counted a database outage against its
+	// messages would send them to %DLQ% or park them; then starts it again.
+	// The consumer process is frozen (SIGSTOP) for backlogFor before the
+	// database stops and thawed right after, so that it has events to
+	// handle while the database is down. The run must end with nothing
+	// lost.
+	kindDBOutage = "db-long-outage"
 	// kindPlainKill is what an armed kill becomes when its point is not
 	// reached in time: a plain SIGKILL. Never scheduled.
 	kindPlainKill = "process-kill-plain"
 )
 
 var allKinds = []string{kindHalfSent, kindAfterCommit, kindProducerRandom, kindRelay, kindConsumer,
-	kindBrokerKill, kindDBRestart, kindBrokerPause, kindBrokerOutage}
+	kindBrokerKill, kindDBRestart, kindBrokerPause, kindBrokerOutage, kindDBOutage}
 
-var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true, kindBrokerOutage: true}
+var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true, kindBrokerOutage: true, kindDBOutage: true}
+
+// dbKinds are the kinds that stop or restart the database.
+var dbKinds = map[string]bool{kindDBRestart: true, kindDBOutage: true}
 
 // brokerOutageFor is how long kindBrokerOutage keeps the broker down:
 // longer than the relays' relayMaxAttempts × relayMaxBackoff by 5 s and
 // extra.
 func brokerOutageFor(extra time.Duration) time.Duration {
 	return relayMaxAttempts*relayMaxBackoff + 5*time.Second + extra
+}
+
+// backlogFor is how long kindDBOutage freezes the consumer before the
+// database stops: the events committed meanwhile wait on the broker.
+const backlogFor = 3 * time.Second
+
+// dbOutageFor is how long kindDBOutage keeps the database down: longer
+// than either consumer's retry budget by 5 s and extra.
+func dbOutageFor(extra time.Duration) time.Duration {
+	return max(consumerRetryBudget(), orderedRetryBudget()) + 5*time.Second + extra
 }
 
 // producerDownFor outlasts the test broker's check window
@@ -169,6 +191,29 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 				sleep(ctx, down)
 				err = r.retryScript(ctx, "mysql.sh", "start")
 			}
+		}
+		if err != nil {
+			rec.Err = err.Error()
+			if err := r.retryScript(ctx, "mysql.sh", "start"); err != nil {
+				rec.Err += "; " + err.Error()
+			}
+		}
+		rec.End = time.Now()
+		return rec
+	case kindDBOutage:
+		rec := faultRecord{Kind: kind, Start: time.Now()}
+		down := dbOutageFor(time.Duration(r.rng.Int64N(int64(3 * time.Second))))
+		rec.Detail = fmt.Sprintf("consumer frozen %s for a backlog, then mysql.sh stop, start again after %s (retry budgets: consumer %s, ordered consumer %s)",
+			backlogFor, down.Round(time.Millisecond), consumerRetryBudget(), orderedRetryBudget())
+		frozen := r.consumer.signal(syscall.SIGSTOP) == nil
+		sleep(ctx, backlogFor)
+		err := r.script(ctx, "mysql.sh", "stop")
+		if frozen {
+			_ = r.consumer.signal(syscall.SIGCONT)
+		}
+		if err == nil {
+			sleep(ctx, down)
+			err = r.retryScript(ctx, "mysql.sh", "start")
 		}
 		if err != nil {
 			rec.Err = err.Error()
@@ -318,7 +363,7 @@ func (r *runner) restoreServices(ctx context.Context) error {
 	if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
 		return err
 	}
-	if !r.enabled(kindDBRestart) {
+	if !r.touchesDB() {
 		return nil // the database was left alone
 	}
 	return r.retryScript(ctx, "mysql.sh", "start")
@@ -331,6 +376,17 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// touchesDB reports whether a fault kind of this run stops or restarts
+// the database.
+func (r *runner) touchesDB() bool {
+	for _, k := range r.enabledKinds() {
+		if dbKinds[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // enabled reports whether kind is a fault kind of this run.
