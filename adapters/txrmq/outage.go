@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -27,6 +28,17 @@ func databaseDown(ctx context.Context, in *txmsg.Inbox) error {
 	ctx, cancel := context.WithTimeout(ctx, outageProbeTimeout)
 	defer cancel()
 	return in.Ping(ctx)
+}
+
+// checkerDown is databaseDown for the barrier's database.
+func checkerDown(ctx context.Context, chk *checker.Checker) error {
+	ctx, cancel := context.WithTimeout(ctx, outageProbeTimeout)
+	defer cancel()
+	sqlDB, err := chk.DB().DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
 }
 
 // outageWait is the wait after the n-th probe (n ≥ 1) of an outage that

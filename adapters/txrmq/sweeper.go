@@ -37,9 +37,13 @@ type SweeperConfig struct {
 	// groups are acknowledged and left alone. Required.
 	ProducerGroups []string
 	// HoldFor is how long the sweeper keeps retrying one half message
-	// in-process (backing off from 500 ms to 10 s) while the database
-	// cannot answer, before handing it back to the broker for a later
-	// delivery. Default [DefaultHoldFor] (1 minute).
+	// in-process (backing off from 500 ms to 10 s) while the barrier or
+	// the broker fails, before handing it back to the broker for a later
+	// delivery. While the barrier's database does not answer at all, the
+	// sweeper holds the half message past HoldFor until it does: each
+	// hand-back counts toward the sweeper group's redeliveries (16, then
+	// %DLQ%<Group>), and an outage must not use them up. Default
+	// [DefaultHoldFor] (1 minute).
 	HoldFor time.Duration
 	// RetryDelayLevel is the broker delay level of a handed-back message;
 	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
@@ -313,9 +317,13 @@ const (
 
 // sweepWithRetry retries one half message in-process for up to HoldFor:
 // a broker redelivery would wait for the retry topic's delay instead.
+// Past HoldFor it hands the message back unless the barrier's database
+// does not answer: then it goes on holding until the database answers
+// (see SweeperConfig.HoldFor).
 func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt) bool {
 	deadline := time.Now().Add(s.cfg.HoldFor)
 	wait := 500 * time.Millisecond
+	outage := false
 	for {
 		switch s.sweep(ctx, ext) {
 		case swept:
@@ -324,7 +332,17 @@ func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt)
 			return false
 		}
 		if time.Now().Add(wait).After(deadline) {
-			return false
+			perr := checkerDown(ctx, s.chk)
+			if perr == nil {
+				s.log.Info("handing the discarded half message back to the broker for a later delivery",
+					"txmsg_id", ext.GetProperty(txmsg.PropertyID), "held_for", s.cfg.HoldFor, "redeliveries_so_far", ext.ReconsumeTimes)
+				return false
+			}
+			if !outage {
+				outage = true
+				s.log.Warn("the barrier's database does not answer; holding the discarded half message past HoldFor until it does",
+					"txmsg_id", ext.GetProperty(txmsg.PropertyID), "probe_err", perr)
+			}
 		}
 		select {
 		case <-s.done:

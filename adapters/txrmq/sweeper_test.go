@@ -18,8 +18,10 @@ import (
 
 // The database is unreachable for the check-back answerer for longer than
 // the broker's whole check window, so the broker gives up on both half
-// messages. After the database returns, the sweeper publishes the committed
-// one exactly once and never the rolled-back one.
+// messages. While the database stays unreachable past HoldFor, the sweeper
+// holds both instead of handing them back (each hand-back would count
+// toward the group's %DLQ%). After the database returns, the sweeper
+// publishes the committed one exactly once and never the rolled-back one.
 func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
@@ -53,6 +55,11 @@ func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 		return logs.countLines("barrier unreachable", committed) > 0 && logs.countLines("barrier unreachable", abandoned) > 0
 	}, 90*time.Second, 100*time.Millisecond, "the broker did not discard the half messages; logs:\n%s", logs)
 	require.Zero(t, obs.Count(committed))
+	require.Eventually(t, func() bool {
+		return logs.countLines("holding the discarded half message past HoldFor", committed) > 0 &&
+			logs.countLines("holding the discarded half message past HoldFor", abandoned) > 0
+	}, 30*time.Second, 100*time.Millisecond, "the sweeper did not hold past HoldFor; logs:\n%s", logs)
+	require.Zero(t, logs.countLines("handing the discarded half message back"), "handed back while the database was down")
 
 	proxy.Restore()
 	require.Eventually(t, func() bool { return obs.Count(committed) > 0 }, 60*time.Second, 50*time.Millisecond,
