@@ -187,18 +187,9 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 			// and the sweeper must republish the committed ones.
 			down := 7*time.Second + time.Duration(r.rng.Int64N(int64(3*time.Second)))
 			rec.Detail = fmt.Sprintf("mysql.sh stop, start again after %s", down.Round(time.Millisecond))
-			if err = r.script(ctx, "mysql.sh", "stop"); err == nil {
-				sleep(ctx, down)
-				err = r.retryScript(ctx, "mysql.sh", "start")
-			}
+			err = r.stopDB(ctx, down, nil)
 		}
-		if err != nil {
-			rec.Err = err.Error()
-			if err := r.retryScript(ctx, "mysql.sh", "start"); err != nil {
-				rec.Err += "; " + err.Error()
-			}
-		}
-		rec.End = time.Now()
+		r.dbFaultEnded(ctx, &rec, err)
 		return rec
 	case kindDBOutage:
 		rec := faultRecord{Kind: kind, Start: time.Now()}
@@ -207,21 +198,12 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 			backlogFor, down.Round(time.Millisecond), consumerRetryBudget(), orderedRetryBudget())
 		frozen := r.consumer.signal(syscall.SIGSTOP) == nil
 		sleep(ctx, backlogFor)
-		err := r.script(ctx, "mysql.sh", "stop")
-		if frozen {
-			_ = r.consumer.signal(syscall.SIGCONT)
-		}
-		if err == nil {
-			sleep(ctx, down)
-			err = r.retryScript(ctx, "mysql.sh", "start")
-		}
-		if err != nil {
-			rec.Err = err.Error()
-			if err := r.retryScript(ctx, "mysql.sh", "start"); err != nil {
-				rec.Err += "; " + err.Error()
+		err := r.stopDB(ctx, down, func() {
+			if frozen {
+				_ = r.consumer.signal(syscall.SIGCONT)
 			}
-		}
-		rec.End = time.Now()
+		})
+		r.dbFaultEnded(ctx, &rec, err)
 		return rec
 	case kindBrokerPause:
 		pause := r.cfg.PauseMin + time.Duration(r.rng.Int64N(int64(r.cfg.PauseMax-r.cfg.PauseMin)+1))
@@ -239,6 +221,32 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		return rec
 	}
 	return faultRecord{Kind: kind, Err: "unknown fault kind"}
+}
+
+// stopDB stops the database, calls stopped (when set) whether or not
+// that worked, and starts it again after down.
+func (r *runner) stopDB(ctx context.Context, down time.Duration, stopped func()) error {
+	err := r.script(ctx, "mysql.sh", "stop")
+	if stopped != nil {
+		stopped()
+	}
+	if err != nil {
+		return err
+	}
+	sleep(ctx, down)
+	return r.retryScript(ctx, "mysql.sh", "start")
+}
+
+// dbFaultEnded records err, if any, in rec, starting the database again
+// after a failed fault, and marks the fault's end.
+func (r *runner) dbFaultEnded(ctx context.Context, rec *faultRecord, err error) {
+	if err != nil {
+		rec.Err = err.Error()
+		if err := r.retryScript(ctx, "mysql.sh", "start"); err != nil {
+			rec.Err += "; " + err.Error()
+		}
+	}
+	rec.End = time.Now()
 }
 
 func pick[T any](first bool, a, b T) T {
