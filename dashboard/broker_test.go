@@ -110,3 +110,30 @@ func TestBrokerPageCountsMessages(t *testing.T) {
 		return m != nil && m[1] == "4" && m[2] == "5"
 	}, 60*time.Second, time.Second, "the broker page never counted 5 messages on 4 queues")
 }
+
+// relayRow is the overview's row of one relay: name, buckets, lease end,
+// last lease round.
+var relayRow = regexp.MustCompile(`<tr class="relay" data-relay="([^"]+)"><td>[^<]*</td><td>(\d+):[^<]*</td><td>[^<]*</td><td>(.*?)</td></tr>`)
+
+// TestOverviewShowsTheRelays: the overview lists the bed's running relay
+// with every bucket of the outbox and its last lease round from the relay
+// table.
+func TestOverviewShowsTheRelays(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	c := client(t)
+	var m []string
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL)
+		require.Equal(t, http.StatusOK, page.status, page.body)
+		m = nil
+		for _, row := range relayRow.FindAllStringSubmatch(page.body, -1) {
+			if row[1] == b.Relay && row[2] == "8" {
+				m = row
+			}
+		}
+		return m != nil
+	}, 60*time.Second, 200*time.Millisecond, "the overview never showed relay %s with the 8 buckets", b.Relay)
+	require.NotEmpty(t, m[3], "no last lease round")
+	require.NotContains(t, m[3], "not in the relay table")
+}

@@ -37,7 +37,8 @@ type relayView struct {
 	Name    string
 	Buckets []int
 	Expires time.Time
-	Wanted  []int // buckets other relays asked this one for
+	Wanted  []int     // buckets other relays asked this one for
+	Seen    time.Time // its last lease round (the relay table); zero when it is not there
 }
 
 type groupView struct {
@@ -69,10 +70,14 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 	})
 	run(func() {
 		leases, err := d.ob.Leases(ctx)
+		var members []outbox.Member
+		if err == nil {
+			members, err = d.ob.Members(ctx)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		data.LeaseErr = errText(err)
-		data.Relays, data.FreeBuckets = relays(leases, time.Now())
+		data.Relays, data.FreeBuckets = relays(leases, members, time.Now())
 	})
 	run(func() {
 		c, err := d.chk.Counts(ctx)
@@ -131,9 +136,14 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// relays groups lease rows by owner; buckets with no live owner are free.
-func relays(leases []outbox.Lease, now time.Time) ([]relayView, []int) {
+// relays groups lease rows by owner, adds when each relay of the relay
+// table last ran a lease round (a relay there may hold no bucket yet);
+// buckets with no live owner are free.
+func relays(leases []outbox.Lease, members []outbox.Member, now time.Time) ([]relayView, []int) {
 	by := map[string]*relayView{}
+	for _, m := range members {
+		by[m.Name] = &relayView{Name: m.Name, Seen: m.SeenAt}
+	}
 	var free []int
 	for _, l := range leases {
 		if l.Owner == "" || !l.ExpiresAt.After(now) {
@@ -142,8 +152,11 @@ func relays(leases []outbox.Lease, now time.Time) ([]relayView, []int) {
 		}
 		rv := by[l.Owner]
 		if rv == nil {
-			rv = &relayView{Name: l.Owner, Expires: l.ExpiresAt}
+			rv = &relayView{Name: l.Owner}
 			by[l.Owner] = rv
+		}
+		if rv.Expires.IsZero() {
+			rv.Expires = l.ExpiresAt
 		}
 		rv.Buckets = append(rv.Buckets, l.Bucket)
 		if l.ExpiresAt.Before(rv.Expires) {

@@ -65,8 +65,10 @@ type Bed struct {
 	Group    string
 	Pub      *txrmq.Publisher
 	Observer *testbed.Observer
-	Dash     *dashboard.Dashboard
-	Server   *httptest.Server
+	// Relay is the name of the bed's relay (with Options.Broker).
+	Relay  string
+	Dash   *dashboard.Dashboard
+	Server *httptest.Server
 	// URL is the dashboard's root URL on Server, ending in "/".
 	URL string
 	// Logs holds everything the dashboard logged, as JSON lines.
@@ -137,7 +139,8 @@ func New(t testing.TB, o Options) *Bed {
 		t.Cleanup(func() { _ = b.Pub.Close(context.Background()) })
 		b.Observer = testbed.Observe(t, b.Topic, nil)
 		// Ordered, so that the overview has bucket leases to show.
-		relay, err := outbox.NewRelay(db, b.Pub, outbox.RelayConfig{Outbox: b.Outbox, Name: "relay-" + testbed.Suffix(),
+		b.Relay = "relay-" + testbed.Suffix()
+		relay, err := outbox.NewRelay(db, b.Pub, outbox.RelayConfig{Outbox: b.Outbox, Name: b.Relay,
 			Ordered: true, PollInterval: 200 * time.Millisecond, Logger: log})
 		must(err)
 		rctx, stop := context.WithCancel(ctx)
