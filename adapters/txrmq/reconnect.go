@@ -25,7 +25,11 @@ import (
 //   - a broker of the client's topics that did not accept connections
 //     accepts them again: it watches each one with a TCP connect per
 //     interval. The topics are those it was built with and those added
-//     with watch (a Publisher adds every topic it sends to).
+//     with watch (a Publisher adds every topic it sends to);
+//   - a broker that the name server's routes lacked at the watcher's last
+//     look (every namesEvery) appears in them: it was down when the
+//     watcher started, or died before the watcher first looked, so its
+//     death was never seen. It counts as a return, gone since that look.
 //
 // A broker accepts connections some seconds before it has registered with
 // the name server and can take a heartbeat, so a return is followed by
@@ -144,7 +148,14 @@ func (r *reconnector) run() {
 	addrs := map[string]string{}   // broker name → master address, looked up with the names
 	gone := map[string]time.Time{} // broker name → first seen unreachable, while it is
 	back := map[string]time.Time{} // returned brokers not yet passed to stuck → gone
-	var lastNames, lastRefresh time.Time
+	// appeared holds the brokers whose address a look-up of the names
+	// found for the first time, after the watcher's first look: each with
+	// the time of the look before, when it was missing or unknown.
+	appeared := map[string]time.Time{}
+	// incomplete: the last look found no route for a topic, or no address
+	// for a broker; the next look comes after minGap, not namesEvery.
+	incomplete := false
+	var lastNames, prevNames, lastRefresh time.Time
 	pending := false
 	more := 0          // follow-up refreshes still due after a broker's return
 	returning := false // the pending refresh follows a broker's return
@@ -156,13 +167,16 @@ func (r *reconnector) run() {
 			pending = true
 		case <-t.C:
 		}
-		if r.newTopic.Swap(false) || time.Since(lastNames) >= r.namesEvery {
-			lastNames = time.Now()
+		sinceNames := time.Since(lastNames)
+		if r.newTopic.Swap(false) || sinceNames >= r.namesEvery || (incomplete && sinceNames >= r.minGap) {
+			prevNames, lastNames = lastNames, time.Now()
+			incomplete = false
 			// Names only accumulate: a broker that is down leaves the
 			// name server's routes, and it is its return that matters.
 			for _, topic := range r.watched() {
 				mqs, err := r.prober.FetchSubscribeMessageQueues(topic)
-				if err != nil {
+				if err != nil || len(mqs) == 0 {
+					incomplete = true
 					continue
 				}
 				for _, mq := range mqs {
@@ -176,7 +190,17 @@ func (r *reconnector) run() {
 			// offline brokers takes.
 			for name := range brokers {
 				if addr := r.prober.FindBrokerAddrByName(name); addr != "" {
+					if _, known := addrs[name]; !known && !prevNames.IsZero() {
+						// Missing or unknown at the last look: a broker
+						// that died just before the watcher first looked,
+						// or was down when it started. The client may
+						// have pulls on a connection its death closed, as
+						// after a return that the watcher saw.
+						appeared[name] = prevNames
+					}
 					addrs[name] = addr
+				} else if _, known := addrs[name]; !known {
+					incomplete = true
 				}
 			}
 		}
@@ -187,14 +211,24 @@ func (r *reconnector) run() {
 			}
 			probed := time.Now()
 			up := reachable(addr, r.interval)
+			since, isNew := appeared[name]
+			delete(appeared, name)
 			brokers[name] = !up
 			if !up {
 				if _, ok := gone[name]; !ok {
 					gone[name] = probed
+					if isNew {
+						gone[name] = since
+					}
 				}
 			}
-			if up && wasDown {
-				r.log.Info("broker reachable again; refreshing routes and heartbeat now", "broker", name, "addr", addr)
+			if up && (wasDown || isNew) {
+				if isNew {
+					r.log.Info("broker found in the routes after it was missing at the last look; refreshing routes and heartbeat now", "broker", name, "addr", addr)
+					gone[name] = since
+				} else {
+					r.log.Info("broker reachable again; refreshing routes and heartbeat now", "broker", name, "addr", addr)
+				}
 				pending, returning = true, true
 				more = r.followUps
 				if since, ok := gone[name]; ok {

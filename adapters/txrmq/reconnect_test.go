@@ -1,6 +1,7 @@
 package txrmq
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -153,4 +154,55 @@ func TestReconnectorPassesReturnedBrokersToStuck(t *testing.T) {
 	require.Contains(t, m, "b")
 	require.False(t, m["b"].Before(wentAway), "gone since %v, went away at %v", m["b"], wentAway)
 	require.True(t, m["b"].Before(cameBack), "gone since %v, came back at %v", m["b"], cameBack)
+}
+
+// lateProber routes topic "t" to broker "b" at addr only once route is
+// set: until then the name server has no route, as when the broker died
+// just before the watcher first looked.
+type lateProber struct {
+	addr  string
+	route atomic.Bool
+}
+
+func (p *lateProber) FetchSubscribeMessageQueues(topic string) ([]*primitive.MessageQueue, error) {
+	if !p.route.Load() {
+		return nil, errors.New("topic route info not found")
+	}
+	return []*primitive.MessageQueue{{Topic: topic, BrokerName: "b"}}, nil
+}
+
+func (p *lateProber) FindBrokerAddrByName(string) string {
+	if !p.route.Load() {
+		return ""
+	}
+	return p.addr
+}
+
+// TestReconnectorTreatsALateBrokerAsReturned: a broker missing from the
+// routes at the watcher's first look (it died just before) that appears
+// at a later look counts as a return: stuck gets it with the time of the
+// look that missed it, and the watcher refreshes, with follow-ups.
+func TestReconnectorTreatsALateBrokerAsReturned(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	p := &lateProber{addr: ln.Addr().String()}
+	var refreshes atomic.Int32
+	var got atomic.Value // map[string]time.Time
+	started := time.Now()
+	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"t"}, p, func() { refreshes.Add(1) })
+	r.stuck = func(m map[string]time.Time) { got.Store(m) }
+	r.interval, r.minGap, r.followUps, r.namesEvery = 50*time.Millisecond, 50*time.Millisecond, 2, 100*time.Millisecond
+	r.start()
+	defer r.close()
+
+	time.Sleep(300 * time.Millisecond) // several looks without a route
+	require.Zero(t, refreshes.Load())
+	appeared := time.Now()
+	p.route.Store(true)
+	require.Eventually(t, func() bool { return refreshes.Load() == 3 }, 10*time.Second, 10*time.Millisecond, "the appearance and its follow-ups refresh")
+	m, _ := got.Load().(map[string]time.Time)
+	require.Len(t, m, 1, "stuck was not called")
+	require.True(t, m["b"].After(started), "gone since %v, watcher started %v", m["b"], started)
+	require.True(t, m["b"].Before(appeared), "gone since %v, appeared at %v", m["b"], appeared)
 }
