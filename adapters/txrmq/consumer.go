@@ -291,18 +291,31 @@ func (c *Consumer) Start(ctx context.Context) error {
 // it was seen gone are marked as expired (clientinternals.ExpirePulls), so
 // that the rebalance which follows re-creates them with a pull at once,
 // instead of after the 30 s the client waits for an answer a dead
-// connection never brings (and 3 s more). It returns nil, after a warning,
-// when the client's internals are out of reach: such queues then pull
-// again about 33 s after the broker died.
+// connection never brings (and 3 s more).
 func expireStuckPulls(pc any, log *slog.Logger, count *atomic.Int64) func(map[string]time.Time) {
-	if _, err := clientinternals.ExpirePulls(pc, map[string]time.Time{"": {}}); err != nil {
-		log.Warn("cannot expire pulls lost with a broker; after a broker restart its queues pull again about 33 s after it died", "err", err)
+	return requeueOnReturn(log, count, func(stuck map[string]time.Time) (int, error) {
+		if stuck == nil {
+			stuck = map[string]time.Time{"": {}} // reaches the client's fields without touching a queue
+		}
+		return clientinternals.ExpirePulls(pc, stuck)
+	})
+}
+
+// requeueOnReturn wraps requeue, which re-creates a consumer's queues of
+// the returned brokers whose pull predates their going (and, called with
+// nil, only checks that it can), into what the reconnector calls at a
+// broker's return; it counts the queues in count and logs them. It returns
+// nil, after a warning, when requeue cannot reach the client's internals:
+// such queues then pull again about 33 s after the broker died.
+func requeueOnReturn(log *slog.Logger, count *atomic.Int64, requeue func(map[string]time.Time) (int, error)) func(map[string]time.Time) {
+	if _, err := requeue(nil); err != nil {
+		log.Warn("cannot re-create queues whose pulls were lost with a broker; after a broker restart they pull again about 33 s after it died", "err", err)
 		return nil
 	}
 	return func(stuck map[string]time.Time) {
-		n, err := clientinternals.ExpirePulls(pc, stuck)
+		n, err := requeue(stuck)
 		if err != nil {
-			log.Warn("expiring pulls lost with a broker", "err", err)
+			log.Warn("re-creating queues whose pulls were lost with a broker", "err", err)
 		}
 		if n > 0 {
 			count.Add(int64(n))

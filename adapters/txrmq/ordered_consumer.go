@@ -290,20 +290,9 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 // a stopped worker was handling runs again on the new assignment, where
 // the inbox drops it if it committed.
 func requeueStuckPulls(pc any, log *slog.Logger, count *atomic.Int64) func(map[string]time.Time) {
-	if _, err := clientinternals.RequeueStuck(pc, nil); err != nil {
-		log.Warn("cannot re-create queues whose pulls were lost with a broker; after a broker restart they pull again about 33 s after it died", "err", err)
-		return nil
-	}
-	return func(stuck map[string]time.Time) {
-		n, err := clientinternals.RequeueStuck(pc, stuck)
-		if err != nil {
-			log.Warn("re-creating queues whose pulls were lost with a broker", "err", err)
-		}
-		if n > 0 {
-			count.Add(int64(n))
-			log.Info("broker back; re-creating the queues whose pull was lost with it", "brokers", brokerNames(stuck), "queues", n)
-		}
-	}
+	return requeueOnReturn(log, count, func(stuck map[string]time.Time) (int, error) {
+		return clientinternals.RequeueStuck(pc, stuck)
+	})
 }
 
 // brokerTopics are the consumer's topics as the broker knows them.
