@@ -26,20 +26,25 @@ const (
 // databaseDown probes the inbox's database after a failed attempt and
 // returns the probe's error: nil when the database answers.
 func databaseDown(ctx context.Context, in *txmsg.Inbox) error {
-	ctx, cancel := context.WithTimeout(ctx, outageProbeTimeout)
-	defer cancel()
-	return in.Ping(ctx)
+	return probe(ctx, in.Ping)
 }
 
 // checkerDown is databaseDown for the barrier's database.
 func checkerDown(ctx context.Context, chk *checker.Checker) error {
+	return probe(ctx, func(ctx context.Context) error {
+		sqlDB, err := chk.DB().DB()
+		if err != nil {
+			return err
+		}
+		return sqlDB.PingContext(ctx)
+	})
+}
+
+// probe runs ping within outageProbeTimeout.
+func probe(ctx context.Context, ping func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, outageProbeTimeout)
 	defer cancel()
-	sqlDB, err := chk.DB().DB()
-	if err != nil {
-		return err
-	}
-	return sqlDB.PingContext(ctx)
+	return ping(ctx)
 }
 
 // outageWait is the wait after the n-th probe (n ≥ 1) of an outage that
