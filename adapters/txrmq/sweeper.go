@@ -42,8 +42,9 @@ type SweeperConfig struct {
 	// delivery. While the barrier's database does not answer at all, the
 	// sweeper holds the half message past HoldFor until it does: each
 	// hand-back counts toward the sweeper group's redeliveries (16, then
-	// %DLQ%<Group>), and an outage must not use them up. Default
-	// [DefaultHoldFor] (1 minute).
+	// %DLQ%<Group>), and an outage must not use them up (the client itself
+	// hands back a message held for its consume timeout, 15 min: one
+	// redelivery each time). Default [DefaultHoldFor] (1 minute).
 	HoldFor time.Duration
 	// RetryDelayLevel is the broker delay level of a handed-back message;
 	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
