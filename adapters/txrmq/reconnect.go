@@ -27,7 +27,8 @@ import (
 //     interval. The topics are those it was built with and those added
 //     with watch (a Publisher adds every topic it sends to);
 //   - a broker that the name server's routes lacked at the watcher's last
-//     look (every namesEvery) appears in them: it was down when the
+//     look (every namesEvery; after 1 s, doubling, while a look finds a
+//     topic without a route) appears in them: it was down when the
 //     watcher started, or died before the watcher first looked, so its
 //     death was never seen. It counts as a return, gone since that look.
 //
@@ -152,9 +153,13 @@ func (r *reconnector) run() {
 	// found for the first time, after the watcher's first look: each with
 	// the time of the look before, when it was missing or unknown.
 	appeared := map[string]time.Time{}
-	// incomplete: the last look found no route for a topic, or no address
-	// for a broker; the next look comes after minGap, not namesEvery.
-	incomplete := false
+	// namesGap is when the next look is due: namesEvery after a look that
+	// found a route for every topic and an address for every broker;
+	// otherwise minGap, doubling with each such look up to namesEvery, so
+	// that a broker coming back is found within seconds while a topic
+	// that does not exist costs no more than a look per namesEvery.
+	namesGap := r.namesEvery
+	backingOff := false // namesGap is backing off from minGap
 	var lastNames, prevNames, lastRefresh time.Time
 	pending := false
 	more := 0          // follow-up refreshes still due after a broker's return
@@ -167,10 +172,9 @@ func (r *reconnector) run() {
 			pending = true
 		case <-t.C:
 		}
-		sinceNames := time.Since(lastNames)
-		if r.newTopic.Swap(false) || sinceNames >= r.namesEvery || (incomplete && sinceNames >= r.minGap) {
+		if r.newTopic.Swap(false) || time.Since(lastNames) >= namesGap {
 			prevNames, lastNames = lastNames, time.Now()
-			incomplete = false
+			incomplete := false
 			// Names only accumulate: a broker that is down leaves the
 			// name server's routes, and it is its return that matters.
 			for _, topic := range r.watched() {
@@ -202,6 +206,14 @@ func (r *reconnector) run() {
 				} else if _, known := addrs[name]; !known {
 					incomplete = true
 				}
+			}
+			switch {
+			case !incomplete:
+				namesGap, backingOff = r.namesEvery, false
+			case !backingOff:
+				namesGap, backingOff = r.minGap, true
+			default:
+				namesGap = min(2*namesGap, r.namesEvery)
 			}
 		}
 		for name, wasDown := range brokers {
