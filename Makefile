@@ -5,9 +5,23 @@ GO ?= go
 MODE ?= transactional
 export TXMSG_NAMESRV ?= 127.0.0.1:9876
 export TXMSG_BROKER ?= 127.0.0.1:10911
-export TXMSG_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
+# The database: by default a MariaDB server of the test bed's own (scripts/mysql.sh: its own data
+# directory under .cache/mysql/, port TXMSG_MYSQL_PORT), which no other server's state can change.
+# TXMSG_DSN set in the environment or on the command line names a server of your own instead:
+# scripts/mysql.sh is then never run, and internal/testbed/cmd/dbcheck checks that its user may
+# create and drop txmsg_* databases (and prints the GRANT statements when it may not).
+export TXMSG_MYSQL_PORT ?= 13306
+ifeq ($(filter environment command line,$(origin TXMSG_DSN)),)
+export TXMSG_DSN := txmsg:txmsg@tcp(127.0.0.1:$(TXMSG_MYSQL_PORT))/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4
+MYSQL_UP = scripts/mysql.sh start
+MYSQL_DOWN = scripts/mysql.sh stop
+else
+export TXMSG_DSN
+MYSQL_UP = $(GO) run ./internal/testbed/cmd/dbcheck
+MYSQL_DOWN = @echo "TXMSG_DSN names a server of your own; not stopping it"
+endif
 
-.PHONY: test test-defaults test-compat test-cluster test-broker-faults unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
+.PHONY: hygiene test test-defaults test-compat test-cluster test-broker-faults unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. They require a released version of the root module; the
@@ -22,7 +36,7 @@ in_nested = set -e; for m in $(NESTED_MODULES); do echo "(cd $$m && $(1))"; (cd 
 ## browser (test-browser, which installs Chromium if needed); the chaos suite's short run
 ## goes last and alone, because it kills and restarts the broker and the database.
 CHAOS_PKG := ./cmd/txchaos
-test: services-up vet fmt-check wire-check
+test: services-up vet fmt-check hygiene wire-check
 	TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(CHAOS_PKG))")
 	@$(call in_nested,TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m ./...)
 	$(RUN_TEST_DEFAULTS)
@@ -61,7 +75,7 @@ screenshots: services-up
 ## picks versions. 1-2 minutes per version. See docs/compatibility.md.
 COMPAT_SCOPE ?= full
 test-compat:
-	scripts/mysql.sh start
+	$(MYSQL_UP)
 	GO=$(GO) COMPAT_SCOPE=$(COMPAT_SCOPE) scripts/test-compat.sh
 
 ## test-cluster: the two-broker cluster tests (TestCluster* in adapters/txrmq and adapters/outbox):
@@ -77,7 +91,7 @@ CLUSTER_ENV = TXMSG_RMQ_BROKERS=2 TXMSG_ROCKETMQ_MODE=jar TXMSG_CLUSTER_NAMESRV=
 	TXMSG_CLUSTER_BROKERS=broker-a=127.0.0.1:$(word 1,$(subst $(comma), ,$(CLUSTER_BROKER_PORTS))),broker-b=127.0.0.1:$(word 2,$(subst $(comma), ,$(CLUSTER_BROKER_PORTS)))
 comma := ,
 test-cluster:
-	scripts/mysql.sh start
+	$(MYSQL_UP)
 	$(CLUSTER_ENV) scripts/rocketmq.sh stop
 	$(CLUSTER_ENV) scripts/rocketmq.sh wipe
 	$(CLUSTER_ENV) scripts/rocketmq.sh start
@@ -94,7 +108,7 @@ RESTART_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:14876 TXMSG_RMQ_BR
 EXPIRING_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:16876 TXMSG_RMQ_BROKER_PORT=17911 TXMSG_BROKER=127.0.0.1:17911 \
 	TXMSG_RMQ_EXTRA_CONF=scripts/rocketmq/expiring.conf
 test-broker-faults:
-	scripts/mysql.sh start
+	$(MYSQL_UP)
 	$(RESTART_ENV) scripts/rocketmq.sh stop
 	$(RESTART_ENV) scripts/rocketmq.sh wipe
 	$(RESTART_ENV) scripts/rocketmq.sh start
@@ -116,12 +130,12 @@ unit:
 	@$(call in_nested,$(GO) test -race -count=1 ./...)
 
 services-up:
-	scripts/mysql.sh start
+	$(MYSQL_UP)
 	scripts/rocketmq.sh start
 
 services-down:
 	scripts/rocketmq.sh stop
-	scripts/mysql.sh stop
+	$(MYSQL_DOWN)
 
 services-status:
 	-scripts/mysql.sh status
@@ -134,6 +148,15 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+## hygiene: fail when git tracks a binary other than the docs' images, or a non-test Go file has an init().
+hygiene:
+	@bad=$$(git ls-files -z | while IFS= read -r -d '' f; do \
+		case $$f in *.png|*.jpg|*.jpeg|*.gif|*.ico|*.woff|*.woff2) continue;; esac; \
+		[ -s "$$f" ] && ! grep -qI . "$$f" && echo "$$f"; \
+	done; true); \
+	if [ -n "$$bad" ]; then echo "binary files tracked by git (build them into .cache/ or add them to .gitignore):"; echo "$$bad"; exit 1; fi
+	@if git grep -n '^func init()' -- '*.go' ':!*_test.go'; then echo "init() outside tests: register on first use instead"; exit 1; fi
 
 ## wire-check: fail when a wire_gen.go is stale: regenerate in a temporary copy of the module and diff.
 ## wire runs at the version go.mod requires, without being a tool of the module (its own dependencies
@@ -151,7 +174,7 @@ wire-check:
 
 ## quickstart: run both quick-start programs (examples/quickstart) against the test bed; each saves one
 ## order with its event and exits 0 once a consumer has handled the event.
-QUICKSTART_DSN ?= txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_quickstart?parseTime=true
+QUICKSTART_DSN ?= txmsg:txmsg@tcp(127.0.0.1:$(TXMSG_MYSQL_PORT))/txmsg_quickstart?parseTime=true
 quickstart: services-up
 	$(GO) run ./internal/testbed/cmd/prepare -dsn '$(QUICKSTART_DSN)' -topic quickstart,quickstart-outbox
 	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart/transactional
@@ -180,7 +203,7 @@ bench: services-up
 CHAOS_BIN := .cache/chaos/txchaos
 ifeq ($(CLUSTER),1)
 chaos:
-	scripts/mysql.sh start
+	$(MYSQL_UP)
 	$(CLUSTER_ENV) scripts/rocketmq.sh stop
 	$(CLUSTER_ENV) scripts/rocketmq.sh wipe
 	$(CLUSTER_ENV) scripts/rocketmq.sh start

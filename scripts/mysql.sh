@@ -1,77 +1,193 @@
 #!/usr/bin/env bash
-# Starts (or reuses) the MySQL/MariaDB server that txmsg's tests, demo and
-# benchmarks use, and creates the txmsg user and test database.
+# The MariaDB server of txmsg's test bed: a server of its own, with its own
+# data directory, port, socket and pid file under .cache/mysql/, started and
+# stopped by this script alone. The tests, the demo, the benchmarks and the
+# chaos suite use it; a server that this script did not start (a system
+# MariaDB/MySQL on 3306, say) is never used, changed or stopped by it.
 #
-#   scripts/mysql.sh start    reuse a server on 127.0.0.1:3306, or install and start MariaDB
-#   scripts/mysql.sh stop     stop the server only if this script started it
+#   scripts/mysql.sh start    install MariaDB from the OS packages if needed, create the
+#                             data directory if it is missing, start the server (or reuse
+#                             the one this script started), create the txmsg user
+#   scripts/mysql.sh stop     stop the server this script started
+#   scripts/mysql.sh restart  stop, then start (used by the chaos suite)
+#   scripts/mysql.sh crash    SIGKILL the server and start it again into InnoDB crash
+#                             recovery; returns when it answers (used by the chaos suite)
+#   scripts/mysql.sh wipe     stop the server and delete its data directory: the next
+#                             start creates a server from scratch (CI does this first)
 #   scripts/mysql.sh status   say whether the server answers
-#   scripts/mysql.sh restart  restart the server this script started (used by the chaos suite)
-#   scripts/mysql.sh owns     exit 0 when the running server was started by this script
-#   scripts/mysql.sh crash    SIGKILL the server this script started and wait until it answers
-#                             again (mysqld_safe restarts it; otherwise this script does)
+#   scripts/mysql.sh owns     exit 0 when this script's server runs
+#   scripts/mysql.sh info     print the server's version, port, data directory, settings
+#                             and every grant it holds
+#   scripts/mysql.sh dsn      print the DSN the tests use (TXMSG_DSN)
 #
-# Without a server on the port: docker compose (service mysql of
-# docker/compose.yml) when a Docker engine answers, else MariaDB from the OS
-# packages (TXMSG_MYSQL_MODE=packages forces the latter).
+# What it creates. The server runs with --no-defaults: no file under
+# /etc/mysql applies, every setting not listed in server_args below is the
+# server's own default. Root logs in only through the server's unix socket
+# (unix_socket authentication, as the OS user root). The txmsg user exists
+# only at localhost and 127.0.0.1 (never '%'), with ALL PRIVILEGES on the
+# databases named txmsg_* (`txmsg\_%`) and nothing else: every database a
+# test, example, the demo, txbench or txchaos creates starts with txmsg_.
 #
-# What it grants. The user exists only at localhost and 127.0.0.1 (never
-# '%'), with privileges on the databases named txmsg_* only (`txmsg\_%`):
-# the tests, the demo, txbench and txchaos create theirs with that prefix.
-#   - A server this script started: it creates the user with those grants.
-#   - A server it did not start (already listening on the port): it never
-#     widens a grant there. It prints every statement before it runs it.
-#     When the user can log in, it only creates TXMSG_MYSQL_DB as that user.
-#     When the user does not exist and local root can log in through the
-#     server's socket, it creates the user with the grants above. An existing
-#     user that cannot log in, or a missing privilege, is left to the DBA:
-#     the script prints the statements to run and exits 1.
+# Your own server instead: set TXMSG_DSN and skip this script (the Makefile
+# does when TXMSG_DSN comes from the environment); `go run
+# ./internal/testbed/cmd/dbcheck` then checks that the DSN's user can create
+# and drop txmsg_* databases, and prints the GRANT statements a DBA must run
+# when it cannot.
 #
-# Environment: TXMSG_MYSQL_HOST (127.0.0.1), TXMSG_MYSQL_PORT (3306),
-# TXMSG_MYSQL_SOCKET (the server's unix socket, for local root; by default the
-# client's), TXMSG_MYSQL_DB (txmsg_test), TXMSG_MYSQL_USER /
-# TXMSG_MYSQL_PASSWORD (txmsg/txmsg).
+# Environment: TXMSG_MYSQL_PORT (13306), TXMSG_CACHE (<repo>/.cache),
+# TXMSG_MYSQL_USER / TXMSG_MYSQL_PASSWORD (txmsg/txmsg), TXMSG_MYSQL_DB
+# (txmsg_test, created empty at start with the server's defaults).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 cache=${TXMSG_CACHE:-$root/.cache}
-host=${TXMSG_MYSQL_HOST:-127.0.0.1}
-port=${TXMSG_MYSQL_PORT:-3306}
+port=${TXMSG_MYSQL_PORT:-13306}
 db=${TXMSG_MYSQL_DB:-txmsg_test}
 user=${TXMSG_MYSQL_USER:-txmsg}
 pass=${TXMSG_MYSQL_PASSWORD:-txmsg}
-socket=${TXMSG_MYSQL_SOCKET:-}
-marker=$cache/mysql/started-by-txmsg
+host=127.0.0.1
+
+base=$cache/mysql/$port
+datadir=$base/data
+rundir=$base/run
+socket=$rundir/mysqld.sock
+pidfile=$rundir/mysqld.pid
+errlog=$base/error.log
 
 log() { printf 'mysql.sh: %s\n' "$*" >&2; }
 
+# The names go into SQL text: allow only what needs no quoting.
+[[ $user =~ ^[A-Za-z0-9_]{1,32}$ ]] || { log "TXMSG_MYSQL_USER must be letters, digits and _"; exit 2; }
+[[ $db =~ ^txmsg_[A-Za-z0-9_]{1,58}$ ]] || { log "TXMSG_MYSQL_DB must be txmsg_ followed by letters, digits and _ (the user's grants cover txmsg_* only)"; exit 2; }
+[[ $pass != *[\'\\]* ]] || { log "TXMSG_MYSQL_PASSWORD must not contain ' or \\"; exit 2; }
+[[ $port =~ ^[0-9]{2,5}$ ]] || { log "TXMSG_MYSQL_PORT must be a port number"; exit 2; }
 
-answers() {
-	# A TCP connect is not enough: the server must accept our user.
-	if command -v mysqladmin >/dev/null 2>&1; then
-		mysqladmin --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" ping >/dev/null 2>&1 && return 0
-		mysqladmin ping >/dev/null 2>&1 && [ "$host" = 127.0.0.1 ] && return 0
-		return 1
-	fi
-	(exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+# Settings the tests rely on; everything else is the server's default.
+# The character set and collation are those Debian's packages configure
+# (utf8mb4_general_ci; the compiled-in default is latin1). Short lock waits, so that a stuck check-back answers UNKNOWN quickly;
+# room for many connections (every test opens pools of its own); a buffer
+# pool that holds the benchmarks' tables.
+server_args() {
+	printf '%s\n' \
+		--no-defaults \
+		--user=root \
+		--datadir="$datadir" \
+		--socket="$socket" \
+		--pid-file="$pidfile" \
+		--log-error="$errlog" \
+		--port="$port" \
+		--bind-address=127.0.0.1 \
+		--skip-name-resolve \
+		--character-set-server=utf8mb4 \
+		--collation-server=utf8mb4_general_ci \
+		--max-connections=1000 \
+		--innodb-lock-wait-timeout=10 \
+		--innodb-flush-log-at-trx-commit=1 \
+		--innodb-buffer-pool-size=512M
 }
 
 listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
 
-root_sql() {
-	# Local root through the unix socket (Debian's MariaDB default auth).
-	mysql --protocol=socket ${socket:+--socket="$socket"} -u root "$@"
+server_pid() {
+	local pid
+	pid=$(cat "$pidfile" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
-# root_ok: local root logs in, and on the server of $port, not on another
-# one that happens to own the default socket.
-root_ok() {
-	command -v mysql >/dev/null 2>&1 || return 1
-	[ "$(root_sql -N -B -e 'SELECT @@port' 2>/dev/null)" = "$port" ]
+root_sql() { mysql --no-defaults --protocol=socket --socket="$socket" -u root "$@"; }
+user_sql() { mysql --no-defaults --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" "$@"; }
+
+answers() { root_sql -N -B -e 'SELECT 1' >/dev/null 2>&1; }
+
+server_bin() {
+	local b
+	for b in mariadbd mysqld; do
+		command -v "$b" >/dev/null 2>&1 && { command -v "$b"; return 0; }
+		[ -x "/usr/sbin/$b" ] && { echo "/usr/sbin/$b"; return 0; }
+	done
+	return 1
 }
 
-user_sql() {
-	mysql --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" "$@"
+# install_mariadb installs the server and client packages without letting
+# the packages start the system's own server: the test bed never runs on
+# the system's data directory or port.
+install_mariadb() {
+	if server_bin >/dev/null && command -v mysql >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		log "MariaDB is not installed and this is not root: install mariadb-server and mariadb-client (apt-get install mariadb-server mariadb-client), or set TXMSG_DSN to a server of your own"
+		exit 1
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		log "MariaDB is not installed and apt-get is missing: install MariaDB >= 10.6 (server and client), or set TXMSG_DSN to a server of your own"
+		exit 1
+	fi
+	log "installing mariadb-server and mariadb-client from the OS packages (the system's own server is not started)"
+	local policy=/usr/sbin/policy-rc.d made_policy=0
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod +x "$policy"
+		made_policy=1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	local status=0
+	{ apt-get update -qq && apt-get install -y -qq --no-install-recommends mariadb-server mariadb-client; } >"$cache/mysql/apt.log" 2>&1 || status=$?
+	[ $made_policy = 1 ] && rm -f "$policy"
+	if [ $status != 0 ]; then
+		log "apt-get failed (exit $status); its output:"
+		tail -n 20 "$cache/mysql/apt.log" >&2
+		exit 1
+	fi
+}
+
+init_datadir() {
+	log "creating a new data directory $datadir"
+	mkdir -p "$datadir"
+	mariadb-install-db --no-defaults --user=root --datadir="$datadir" \
+		--auth-root-authentication-method=socket --skip-test-db >"$base/install.log" 2>&1 || {
+		log "mariadb-install-db failed; its output:"
+		tail -n 20 "$base/install.log" >&2
+		rm -rf "$datadir"
+		exit 1
+	}
+}
+
+start_server() {
+	mkdir -p "$base" "$rundir"
+	install_mariadb
+	[ -d "$datadir/mysql" ] || init_datadir
+	local bin
+	bin=$(server_bin)
+	log "starting $(basename "$bin") on $host:$port (data directory $datadir)"
+	# shellcheck disable=SC2046
+	setsid nohup "$bin" $(server_args) </dev/null >>"$base/stdout.log" 2>&1 &
+	local i
+	for i in $(seq 1 600); do
+		answers && return 0
+		if [ $((i % 50)) = 0 ] && ! kill -0 $! 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	log "the server did not answer within 60 s; the end of $errlog:"
+	tail -n 20 "$errlog" >&2 || true
+	exit 1
+}
+
+stop_server() {
+	local pid
+	pid=$(server_pid) || { log "not running"; return 0; }
+	log "stopping the server (pid $pid)"
+	root_sql -e 'SHUTDOWN' >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+	local i
+	for i in $(seq 1 600); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	log "the server did not stop within 60 s; killing it"
+	kill -KILL "$pid" 2>/dev/null || true
 }
 
 # grant_sql is all this script ever grants: the user at the loopback hosts,
@@ -85,216 +201,83 @@ GRANT ALL PRIVILEGES ON \`txmsg\\_%\`.* TO '$user'@'127.0.0.1';
 SQL
 }
 
-# The database takes the server's default character set and collation, as a
-# DBA's would; txmsg's tables set their own (utf8mb4, binary identifiers).
-db_sql() {
-	echo "CREATE DATABASE IF NOT EXISTS \`$db\`;"
-}
-
-# show prints what is about to run on the server, with the password masked.
-show() {
-	log "$1"
-	sed -e "s/IDENTIFIED BY '[^']*'/IDENTIFIED BY '****'/" -e "s/IDENTIFIED BY PASSWORD '[^']*'/IDENTIFIED BY PASSWORD '****'/" -e 's/^/    /' >&2
-}
-
-# broad_grants prints the user's grants that reach beyond txmsg_*
-# databases or beyond the loopback hosts (from an older version of this
-# script, or a DBA); the script reports them and changes nothing.
-broad_grants() {
-	root_sql -N -B -e "SELECT CONCAT(User,'@',Host) FROM mysql.user WHERE User='$user' AND Host NOT IN ('localhost','127.0.0.1')" 2>/dev/null || true
-	local h
-	for h in localhost 127.0.0.1; do
-		root_sql -N -B -e "SHOW GRANTS FOR '$user'@'$h'" 2>/dev/null | grep -E ' ON \*\.\* ' | grep -v 'GRANT USAGE ON' || true
-	done
-}
-
 provision() {
-	# The names go into SQL text: allow only what needs no quoting.
-	[[ $user =~ ^[A-Za-z0-9_]{1,32}$ ]] || { log "TXMSG_MYSQL_USER must be letters, digits and _"; exit 2; }
-	[[ $db =~ ^txmsg_[A-Za-z0-9_]{1,58}$ ]] || { log "TXMSG_MYSQL_DB must be txmsg_ followed by letters, digits and _ (the user's grants cover txmsg_* only)"; exit 2; }
-	[[ $pass != *[\'\\]* ]] || { log "TXMSG_MYSQL_PASSWORD must not contain ' or \\"; exit 2; }
-	if ! command -v mysql >/dev/null 2>&1; then
-		log "no mysql client: cannot check user $user or create $db"
-		return 0
-	fi
-	# The marker is written when this script starts MariaDB; local root must
-	# also reach that server, or it is treated as someone else's.
-	if [ -f "$marker" ] && root_ok; then
-		provision_own
-	else
-		provision_foreign
-	fi
+	grant_sql | root_sql
+	# The database takes the server's default character set and collation,
+	# as a DBA's would; txmsg's tables set their own.
+	user_sql -e "CREATE DATABASE IF NOT EXISTS \`$db\`" || {
+		log "user $user cannot create $db on the test bed's server"
+		exit 1
+	}
 }
 
-# provision_own sets the user up on the server this script started.
-provision_own() {
-	{ grant_sql; db_sql; } | show "setting up user $user on the server this script started ($host:$port):"
-	{ grant_sql; db_sql; } | root_sql
-	local broad
-	broad=$(broad_grants)
-	if [ -n "$broad" ]; then
-		printf '%s\n' "$broad" | show "note: $user also holds these wider grants, not made by this script version; revoke them if they are not needed:"
-	fi
-}
-
-# provision_foreign never widens a grant on a server this script did not
-# start.
-provision_foreign() {
-	if user_sql -e 'SELECT 1' >/dev/null 2>&1; then
-		db_sql | show "the server on $host:$port was not started by this script; as $user it runs only:"
-		db_sql | user_sql && return 0
-		grant_sql | show "$user cannot create $db; a DBA can allow txmsg_* databases with:"
-		exit 1
-	fi
-	if ! root_ok; then
-		{ grant_sql; db_sql; } | show "cannot log in as $user on $host:$port (a server this script did not start); a DBA can create the user with:"
-		exit 1
-	fi
-	local existing
-	existing=$(root_sql -N -B -e "SELECT CONCAT(User,'@',Host) FROM mysql.user WHERE User='$user'")
-	if [ -n "$existing" ]; then
-		printf '%s\n' "$existing" | show "user $user exists on $host:$port but cannot log in with TXMSG_MYSQL_PASSWORD; it is left as it is:"
-		log "set TXMSG_MYSQL_USER/TXMSG_MYSQL_PASSWORD to an account that can create txmsg_* databases"
-		exit 1
-	fi
-	{ grant_sql; db_sql; } | show "the server on $host:$port was not started by this script; creating user $user there, as local root:"
-	{ grant_sql; db_sql; } | root_sql
-}
-
-install_mariadb() {
-	if command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; then
-		return 0
-	fi
-	if [ "$(id -u)" != 0 ]; then
-		log "no MySQL/MariaDB answers on $host:$port and this is not root: install mariadb-server (apt-get install mariadb-server) or start MySQL 8 there"
-		exit 1
-	fi
-	if ! command -v apt-get >/dev/null 2>&1; then
-		log "no MySQL/MariaDB answers on $host:$port and apt-get is missing: install MariaDB >= 10.6 or MySQL 8 and start it there"
-		exit 1
-	fi
-	log "installing mariadb-server from the OS packages"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >/dev/null
-	apt-get install -y -qq mariadb-server mariadb-client >/dev/null
-}
-
-write_conf() {
-	# Settings the tests rely on: TCP on loopback, short lock waits so a
-	# stuck check-back answers UNKNOWN quickly, and room for many connections.
-	mkdir -p /etc/mysql/mariadb.conf.d
-	cat >/etc/mysql/mariadb.conf.d/90-txmsg.cnf <<CNF
-[mysqld]
-bind-address = 127.0.0.1
-port = $port
-max_connections = 1000
-innodb_lock_wait_timeout = 10
-innodb_flush_log_at_trx_commit = 1
-innodb_buffer_pool_size = 512M
-CNF
-}
-
-start_mariadb() {
-	install_mariadb
-	if pidof mariadbd >/dev/null 2>&1 || pidof mysqld >/dev/null 2>&1; then
-		# A server runs, but not on $port: rewriting the system's config
-		# and restarting it would move a server this script may not own.
-		log "a MariaDB/MySQL server is already running, not on $host:$port; not reconfiguring it (set TXMSG_MYSQL_PORT to its port)"
-		exit 1
-	fi
-	write_conf
-	mkdir -p "$(dirname "$marker")"
-	log "starting MariaDB"
-	if command -v service >/dev/null 2>&1 && [ -x /etc/init.d/mariadb ]; then
-		service mariadb start >/dev/null 2>&1 || service mariadb restart >/dev/null
-	else
-		mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
-		setsid nohup mysqld_safe >/dev/null 2>&1 &
-	fi
-	touch "$marker"
-	for _ in $(seq 1 60); do
-		listening && return 0
-		sleep 1
+info() {
+	answers || { log "the server on $host:$port is not running (scripts/mysql.sh start)"; exit 1; }
+	echo "server:  $(root_sql -N -B -e 'SELECT VERSION()') on $host:$port, pid $(server_pid || echo '?'), started by scripts/mysql.sh"
+	echo "data:    $datadir (created $(stat -c %y "$datadir/mysql" 2>/dev/null | cut -d. -f1))"
+	echo "config:  --no-defaults; $(root_sql -N -B -e "SELECT CONCAT('collation_server=', @@collation_server, ' isolation=', @@tx_isolation, ' lock_wait_timeout=', @@innodb_lock_wait_timeout, ' max_connections=', @@max_connections)")"
+	echo "grants:"
+	local u
+	root_sql -N -B -e "SELECT CONCAT('''', User, '''@''', Host, '''') FROM mysql.user ORDER BY User, Host" | while read -r u; do
+		root_sql -N -B -e "SHOW GRANTS FOR $u" | sed 's/IDENTIFIED BY PASSWORD .*/IDENTIFIED BY PASSWORD ****/; s/^/  /'
 	done
-	log "MariaDB did not start within 60 s; see /var/log/mysql or journal"
+	echo "databases: $(root_sql -N -B -e "SELECT GROUP_CONCAT(SCHEMA_NAME ORDER BY SCHEMA_NAME SEPARATOR ' ') FROM information_schema.SCHEMATA")"
+}
+
+# A port served by someone else's process: refuse rather than reuse.
+foreign_port() {
+	log "$host:$port is served by a process this script did not start; the test bed never uses another server."
+	log "Stop it, or pick a free port for the test bed with TXMSG_MYSQL_PORT and TXMSG_DSN, or point the tests at that server with TXMSG_DSN (see docs/testing.md)."
 	exit 1
 }
 
-docker_ok() {
-	command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1
-}
-
-start_docker() {
-	log "starting MySQL 8 with docker compose (service mysql of docker/compose.yml)"
-	docker compose --env-file "$here/versions.env" -f "$root/docker/compose.yml" up -d mysql >/dev/null
-	for _ in $(seq 1 90); do
-		mysql_tcp_ok && return 0
-		sleep 1
-	done
-	log "MySQL in Docker did not accept $user within 90 s; see: docker compose -f docker/compose.yml logs mysql"
-	exit 1
-}
-
-mysql_tcp_ok() {
-	if command -v mysqladmin >/dev/null 2>&1; then
-		mysqladmin --protocol=tcp -h "$host" -P "$port" -u "$user" -p"$pass" ping >/dev/null 2>&1
-	else
-		listening
-	fi
-}
-
+mkdir -p "$cache/mysql"
 case "${1:-start}" in
 start)
-	if listening; then
-		log "reusing the server on $host:$port"
-	elif [ "${TXMSG_MYSQL_MODE:-auto}" != packages ] && docker_ok; then
-		start_docker
+	if server_pid >/dev/null && answers; then
+		log "reusing the server this script started on $host:$port"
+	elif listening; then
+		foreign_port
 	else
-		start_mariadb
+		start_server
 	fi
 	provision
-	for _ in $(seq 1 30); do
-		answers && break
-		sleep 1
-	done
-	answers || { log "the server on $host:$port does not accept user $user"; exit 1; }
-	echo "TXMSG_DSN=$user:$pass@tcp($host:$port)/$db?parseTime=true&loc=UTC&charset=utf8mb4"
 	;;
 stop)
-	if [ -f "$marker" ]; then
-		log "stopping MariaDB"
-		if [ -x /etc/init.d/mariadb ]; then service mariadb stop >/dev/null; else mysqladmin -u root shutdown; fi
-		rm -f "$marker"
-	else
-		log "not started by this script; leaving it alone"
-	fi
+	stop_server
 	;;
 restart)
-	[ -f "$marker" ] || { log "not started by this script; refusing to restart it"; exit 1; }
-	service mariadb restart >/dev/null
+	stop_server
+	listening && foreign_port
+	start_server
 	;;
 crash)
-	[ -f "$marker" ] || { log "not started by this script; refusing to crash it"; exit 1; }
-	pid=$(cat /run/mysqld/mysqld.pid 2>/dev/null || pidof -s mariadbd || pidof -s mysqld || true)
-	if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then log "no running server found"; exit 1; fi
+	pid=$(server_pid) || { log "the test bed's server is not running"; exit 1; }
 	kill -KILL "$pid"
 	for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 	log "server (pid $pid) killed"
-	# mysqld_safe restarts a server that died without removing its pid file.
-	for _ in $(seq 1 150); do listening && break; sleep 0.1; done
-	listening || start_mariadb
-	for _ in $(seq 1 60); do answers && break; sleep 1; done
-	answers || { log "the server did not come back after the crash"; exit 1; }
-	log "server answering again"
+	start_server
+	log "server answering again after crash recovery"
+	;;
+wipe)
+	stop_server
+	log "deleting $base"
+	rm -rf "$base"
 	;;
 owns)
-	[ -f "$marker" ] && listening
+	server_pid >/dev/null && answers
 	;;
 status)
-	if answers; then echo "mysql: answering on $host:$port"; else echo "mysql: not answering on $host:$port"; exit 1; fi
+	if server_pid >/dev/null && answers; then echo "mysql: answering on $host:$port"; else echo "mysql: not answering on $host:$port"; exit 1; fi
+	;;
+info)
+	info
+	;;
+dsn)
+	echo "$user:$pass@tcp($host:$port)/$db?parseTime=true&loc=UTC&charset=utf8mb4"
 	;;
 *)
-	echo "usage: $0 start|stop|status|restart|crash|owns" >&2
+	echo "usage: $0 start|stop|restart|crash|wipe|status|owns|info|dsn" >&2
 	exit 2
 	;;
 esac

@@ -30,7 +30,7 @@ const wireNet = "txbench_count"
 
 var wire = &wireCounter{}
 
-func init() {
+var registerWireNet = sync.OnceFunc(func() {
 	mysql.RegisterDialContext(wireNet, func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -39,7 +39,7 @@ func init() {
 		}
 		return &countingConn{Conn: c, w: wire}, nil
 	})
-}
+})
 
 // wireCounter totals what every counting connection sent and received.
 type wireCounter struct {
@@ -179,6 +179,7 @@ func (b *bench) runCost(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		registerWireNet()
 		cfg.Net = wireNet
 		cfg.InterpolateParams = interpolate
 		db, err := openPool(cfg.FormatDSN(), 8)

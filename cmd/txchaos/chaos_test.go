@@ -110,6 +110,10 @@ func servicesNotOwned() string {
 	if err != nil {
 		return err.Error()
 	}
+	// The database faults act on the test bed's own server only.
+	if cfg, err := mysql.ParseDSN(testbed.DSN()); err != nil || cfg.Addr != "127.0.0.1:"+testbed.MySQLPort() {
+		return "TXMSG_DSN names a server scripts/mysql.sh did not start"
+	}
 	for _, script := range []string{"rocketmq.sh", "mysql.sh"} {
 		if err := exec.Command(filepath.Join(root, "scripts", script), "owns").Run(); err != nil {
 			return "scripts/" + script + " did not start the running service"

@@ -35,7 +35,7 @@ const (
 	// kindBrokerKill SIGKILLs the broker JVM and starts it again.
 	kindBrokerKill = "broker-kill-restart"
 	// kindDBRestart restarts the database, in turn: a clean restart, a
-	// SIGKILL of the server (mysqld_safe restarts it at once), and a stop
+	// SIGKILL of the server (the script starts it again at once), and a stop
 	// for longer than the broker's transaction check window.
 	kindDBRestart = "db-restart"
 	// kindBrokerPause freezes the broker (SIGSTOP) for longer than the
@@ -179,7 +179,7 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 			rec.Detail = "mysql.sh restart"
 			err = r.script(ctx, "mysql.sh", "restart")
 		case 2:
-			rec.Detail = "mysql.sh crash (SIGKILL; mysqld_safe restarts it)"
+			rec.Detail = "mysql.sh crash (SIGKILL; started again at once)"
 			err = r.script(ctx, "mysql.sh", "crash")
 		default:
 			// Longer than the broker's check window (about 6 s on the test

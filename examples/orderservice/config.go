@@ -78,7 +78,7 @@ func (c *Config) settings() []setting {
 		{flag: "mode", env: "ORDERSVC_MODE", usage: "delivery mode: transactional or outbox", bind: str(&c.Mode, ModeTransactional)},
 		{flag: "http-addr", env: "ORDERSVC_HTTP_ADDR", usage: "HTTP listen address", bind: str(&c.HTTPAddr, "127.0.0.1:8080")},
 		{flag: "dsn", env: "ORDERSVC_DSN", usage: "MySQL/MariaDB DSN", secret: true,
-			bind: str(&c.DSN, "txmsg:txmsg@tcp(127.0.0.1:3306)/orderservice?parseTime=true&loc=UTC&charset=utf8mb4")},
+			bind: str(&c.DSN, "txmsg:txmsg@tcp(127.0.0.1:13306)/orderservice?parseTime=true&loc=UTC&charset=utf8mb4")},
 		{flag: "namesrv", env: "ORDERSVC_NAMESRV", usage: "RocketMQ name servers, comma separated", bind: func(fs *flag.FlagSet, name, usage string) {
 			c.NameServers = []string{"127.0.0.1:9876"}
 			fs.Func(name, usage+" (default 127.0.0.1:9876)", func(v string) error { c.NameServers = splitList(v); return nil })

@@ -10,7 +10,7 @@
 //
 // after creating its database and topic. Settings come from the
 // environment: QUICKSTART_DSN (default
-// txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_quickstart?parseTime=true),
+// txmsg:txmsg@tcp(127.0.0.1:13306)/txmsg_quickstart?parseTime=true),
 // QUICKSTART_NAMESRV (default 127.0.0.1:9876) and QUICKSTART_TOPIC
 // (default quickstart, or quickstart-outbox). The producer and consumer
 // groups are named after the topic.

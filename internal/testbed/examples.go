@@ -93,9 +93,9 @@ func ExampleDB(prefix string) (*gorm.DB, string) {
 			panic(fmt.Sprintf("testbed: open %s: %v", base.Addr, err))
 		}
 	}
-	name := strings.ToLower(ExampleName("ex_" + prefix))
+	name := strings.ToLower(ExampleName(DBPrefix + "ex_" + prefix))
 	if err := exampleDBs.admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").Error; err != nil {
-		panic(fmt.Sprintf("testbed: create database %s: %v", name, err))
+		panic("testbed: " + grantError(DSN(), "create database "+name, err).Error())
 	}
 	exampleDBs.names = append(exampleDBs.names, name)
 	cfg := base.Clone()

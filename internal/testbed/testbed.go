@@ -38,7 +38,7 @@ import (
 const (
 	DefaultNameServer = "127.0.0.1:9876"
 	DefaultBroker     = "127.0.0.1:10911"
-	DefaultDSN        = "txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4"
+	DefaultDSN        = "txmsg:txmsg@tcp(127.0.0.1:13306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4"
 )
 
 func env(name, def string) string {
@@ -54,6 +54,10 @@ func NameServer() string { return env("TXMSG_NAMESRV", DefaultNameServer) }
 // Broker returns TXMSG_BROKER (the broker's address, for admin calls) or
 // the default.
 func Broker() string { return env("TXMSG_BROKER", DefaultBroker) }
+
+// MySQLPort returns TXMSG_MYSQL_PORT or the default port of the test bed's
+// own server (scripts/mysql.sh).
+func MySQLPort() string { return env("TXMSG_MYSQL_PORT", "13306") }
 
 // DSN returns TXMSG_DSN or the default.
 func DSN() string { return env("TXMSG_DSN", DefaultDSN) }
@@ -291,8 +295,9 @@ func ServerDefaults() DBOption { return func(o *dbOptions) { o.serverDefaults = 
 // isolationParams are DSN parameters that set the session's isolation level.
 var isolationParams = []string{"tx_isolation", "transaction_isolation"}
 
-// DBPrefix starts the name of every database the tests, the demo and the
-// tools create: scripts/mysql.sh grants the txmsg user these only.
+// DBPrefix starts the name of every database the tests, the godoc
+// examples, the demo, txbench and txchaos create: scripts/mysql.sh grants
+// the txmsg user these only (see [GrantStatements]).
 const DBPrefix = "txmsg_"
 
 // DB returns a gorm handle on a fresh database made for t and dropped when
@@ -345,7 +350,7 @@ func DBWithDSN(t testing.TB, opts ...DBOption) (*gorm.DB, string) {
 		create = "CREATE DATABASE `" + name + "`"
 	}
 	if err := admin.Exec(create).Error; err != nil {
-		t.Fatalf("create test database: %v", err)
+		t.Fatal(grantError(DSN(), "create test database "+name, err))
 	}
 	cfg := base.Clone()
 	cfg.DBName = name

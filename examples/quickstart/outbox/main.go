@@ -33,7 +33,7 @@ func main() {
 
 func run(ctx context.Context) (err error) {
 	// parseTime=true is required: txmsg's tables hold timestamps.
-	db, err := gorm.Open(mysql.Open(env("QUICKSTART_DSN", "txmsg:txmsg@tcp(127.0.0.1:3306)/txmsg_quickstart?parseTime=true")))
+	db, err := gorm.Open(mysql.Open(env("QUICKSTART_DSN", "txmsg:txmsg@tcp(127.0.0.1:13306)/txmsg_quickstart?parseTime=true")))
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}

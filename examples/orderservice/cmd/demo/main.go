@@ -45,7 +45,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.service, "service", "", "path to the orderservice binary (required)")
 	flag.StringVar(&o.mode, "mode", "transactional", "delivery mode: transactional or outbox")
-	flag.StringVar(&o.dsn, "dsn", envOr("TXMSG_DSN", "txmsg:txmsg@tcp(127.0.0.1:3306)/?parseTime=true&loc=UTC&charset=utf8mb4"), "MySQL/MariaDB DSN; its database name is replaced by -db [$TXMSG_DSN]")
+	flag.StringVar(&o.dsn, "dsn", envOr("TXMSG_DSN", "txmsg:txmsg@tcp(127.0.0.1:13306)/?parseTime=true&loc=UTC&charset=utf8mb4"), "MySQL/MariaDB DSN; its database name is replaced by -db [$TXMSG_DSN]")
 	flag.StringVar(&o.dbName, "db", "txmsg_demo", "database to drop and create for the run")
 	flag.StringVar(&o.namesrv, "namesrv", envOr("TXMSG_NAMESRV", "127.0.0.1:9876"), "RocketMQ name server [$TXMSG_NAMESRV]")
 	flag.StringVar(&o.broker, "broker", envOr("TXMSG_BROKER", "127.0.0.1:10911"), "RocketMQ broker address, to create the run's topic on [$TXMSG_BROKER]")
