@@ -33,8 +33,15 @@ type Literals struct{ loc *time.Location }
 // LiteralsFor returns the literal writer for db when its dialector is
 // gorm's MySQL dialector opened from a DSN, whose time zone (the DSN's loc)
 // is then known; ok is false otherwise, and the caller keeps to arguments.
+//
+// It is false too on a handle with gorm's PrepareStmt (in its Config or
+// its session): gorm prepares every distinct statement text once and keeps
+// it, so literal statements, one text per ID, would pile up prepared
+// statements on the server until its max_prepared_stmt_count, after which
+// every prepared statement on that server fails. With arguments the
+// statements are a handful, prepared once.
 func LiteralsFor(db *gorm.DB) (l Literals, ok bool) {
-	if db == nil {
+	if db == nil || preparesStatements(db) {
 		return Literals{}, false
 	}
 	d, isMySQL := db.Dialector.(*gmysql.Dialector)
@@ -68,4 +75,19 @@ func (l Literals) Time(buf []byte, t time.Time) []byte {
 	buf = append(buf, '\'')
 	buf = t.In(l.loc).AppendFormat(buf, "2006-01-02 15:04:05.000000")
 	return append(buf, '\'')
+}
+
+// preparesStatements reports whether db prepares and caches its statements
+// (gorm's PrepareStmt, set in its Config or with Session).
+func preparesStatements(db *gorm.DB) bool {
+	if db.Config != nil && db.PrepareStmt {
+		return true
+	}
+	if db.Statement != nil {
+		switch db.Statement.ConnPool.(type) {
+		case *gorm.PreparedStmtDB, *gorm.PreparedStmtTX:
+			return true
+		}
+	}
+	return false
 }

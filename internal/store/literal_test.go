@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/internal/testbed"
 )
@@ -103,4 +104,21 @@ func TestLiteralsFor(t *testing.T) {
 	require.False(t, ok)
 	_, ok = LiteralsFor(nil)
 	require.False(t, ok)
+}
+
+// TestLiteralsForPreparedHandles: a handle or transaction that prepares
+// and caches its statements (gorm's PrepareStmt, in its Config or its
+// session) takes arguments; the plain handle takes literals.
+func TestLiteralsForPreparedHandles(t *testing.T) {
+	db := testbed.DB(t)
+	_, ok := LiteralsFor(db)
+	require.True(t, ok, "a plain handle from a DSN takes literals")
+	prepared := db.Session(&gorm.Session{PrepareStmt: true})
+	_, ok = LiteralsFor(prepared)
+	require.False(t, ok, "session with PrepareStmt")
+	require.NoError(t, prepared.Transaction(func(tx *gorm.DB) error {
+		_, ok := LiteralsFor(tx)
+		require.False(t, ok, "transaction of a PrepareStmt session")
+		return nil
+	}))
 }
