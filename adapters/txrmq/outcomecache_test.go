@@ -524,3 +524,38 @@ func BenchmarkOutcomeCache(b *testing.B) {
 		}
 	})
 }
+
+// A database failover that loses the last committed transactions (a
+// replica promoted before it applied them) leaves the outcome cache
+// answering COMMIT for a transaction whose rows are gone: its event would
+// be delivered for an order that no longer exists. Simulated here by
+// deleting the transaction's rows after it committed. With the cache
+// turned off (CheckBackCacheSize < 0), every check-back reads the
+// barrier, which finds no row, fences it with rolled_back and answers
+// ROLLBACK.
+func TestCheckBackCacheOffAfterALossyFailover(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	lose := func(id string) {
+		require.NoError(t, e.db.Exec("DELETE FROM "+checker.DefaultTable+" WHERE tx_id = ?", id).Error)
+	}
+	ctx := context.Background()
+
+	cached := e.startWith(t, e.config(nil), e.db, e.chk, nil)
+	r, err := transact(t, cached, e.topic, "", createOrder("lost-on-failover-cached"))
+	require.NoError(t, err)
+	lose(r.ID)
+	require.Equal(t, primitive.CommitMessageState, cached.resolve(ctx, checkBackFor(e.topic, r)),
+		"the cache answers from memory: this is the condition the setting exists for")
+
+	cfg := e.config(nil)
+	cfg.Group = e.group + "_nocache"
+	cfg.CheckBackCacheSize = -1
+	uncached := e.startWith(t, cfg, e.db, e.chk, nil)
+	r, err = transact(t, uncached, e.topic, "", createOrder("lost-on-failover-uncached"))
+	require.NoError(t, err)
+	require.Zero(t, uncached.CheckBackCacheStats().Entries)
+	lose(r.ID)
+	require.Equal(t, primitive.RollbackMessageState, uncached.resolve(ctx, checkBackFor(e.topic, r)))
+	require.Equal(t, checker.StateRolledBack, e.barrier(t, r.ID))
+}
