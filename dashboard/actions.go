@@ -179,7 +179,7 @@ func (d *Dashboard) consumerReplay(r *http.Request, who string) (*actionResult, 
 	case len(done) == 0:
 		return nil, notFound("Group %q has none of the selected messages parked; they may have been replayed or purged already.", group)
 	}
-	return &actionResult{msg: fmt.Sprintf("Replayed %d message(s) with their txmsg IDs and removed them from the parked list.", len(done)), back: back}, nil
+	return &actionResult{msg: fmt.Sprintf("Replayed %d message(s) with their txmsg IDs to group %s alone (its retry topic) and removed them from the parked list.", len(done), group), back: back}, nil
 }
 
 func (d *Dashboard) consumerPurge(r *http.Request, who string) (*actionResult, error) {

@@ -127,30 +127,46 @@ func (d DeadLetter) Message() (*Message, error) {
 	return m, nil
 }
 
-// RequeuedParked is what [Inbox.RequeueParked] did with one message.
+// RequeuedParked is what [Inbox.RequeueParked] did with one parked row.
 type RequeuedParked struct {
 	// ID and Topic are the message's.
 	ID, Topic string
-	// Deleted is how many parked rows of the message were deleted (one
-	// per consumer group that parked it, or only group's).
+	// Group is the consumer group that parked it, and the only one the
+	// replay reaches.
+	Group string
+	// Deleted is how many parked rows were deleted (1, or 0 when another
+	// requeue deleted the row meanwhile).
 	Deleted int64
 }
 
-// RequeueParked publishes each parked message with one of the given txmsg
-// IDs (of group when it is not empty) again through pub, once per ID
-// whichever groups parked it, and deletes its parked rows. Every group
-// subscribed to the topic receives it; those that handled it before drop
-// it as a duplicate. It returns what it requeued; IDs with no parked row
-// are left out. Failures of single messages are joined in the error; their
-// rows stay parked.
+// RequeueParked replays each parked message with one of the given txmsg
+// IDs (of group when it is not empty) to the consumer group that parked
+// it, and to that group alone, through pub, and deletes its parked row.
+// A message parked by two groups is replayed to each of them. Groups that
+// did not park it never see it again: a replay to the topic would reach
+// them all, and one whose inbox rows were purged would apply the message
+// twice. pub must therefore be a [GroupPublisher] ([txrmq.Publisher] is);
+// any other Publisher is refused with [ErrInvalidConfig].
 //
-// The rows are deleted in a transaction that commits only after the
-// broker accepted the message, so a consumer that parks the message again
+// It returns what it requeued; IDs with no parked row are left out.
+// Failures of single rows are joined in the error, and those rows stay
+// parked: a group the broker does not know, for one, is refused.
+//
+// A row is deleted in a transaction that commits only after the broker
+// accepted the message, so a consumer that parks the message again
 // meanwhile waits for it and then parks it anew: nothing is deleted that
 // was parked after the publish, and nothing is deleted unpublished.
+//
+// [txrmq.Publisher]: https://pkg.go.dev/github.com/txmsg/txmsg/adapters/txrmq#Publisher
 func (in *Inbox) RequeueParked(ctx context.Context, pub Publisher, group string, ids ...string) ([]RequeuedParked, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: inbox: requeue of parked messages needs a publisher", ErrInvalidConfig)
+	}
+	gp, ok := pub.(GroupPublisher)
+	if !ok {
+		return nil, fmt.Errorf("%w: inbox: requeue of parked messages needs a publisher that delivers to one consumer group "+
+			"(txmsg.GroupPublisher; txrmq.Publisher is one), not %T: published to its topic again, a message reaches every "+
+			"group subscribed to it, and a group whose inbox rows were purged applies it twice", ErrInvalidConfig, pub)
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -161,12 +177,7 @@ func (in *Inbox) RequeueParked(ctx context.Context, pub Publisher, group string,
 	}
 	var done []RequeuedParked
 	var errs []error
-	seen := map[string]bool{}
 	for _, r := range rows {
-		if seen[r.MsgID] {
-			continue
-		}
-		seen[r.MsgID] = true
 		m, err := r.Message()
 		if err != nil {
 			errs = append(errs, err)
@@ -174,13 +185,13 @@ func (in *Inbox) RequeueParked(ctx context.Context, pub Publisher, group string,
 		}
 		var deleted int64
 		err = in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			res := ParkedFilter{Group: group, IDs: []string{m.ID}}.apply(tx.Table(in.dead)).Delete(map[string]any{})
+			res := ParkedFilter{Group: r.ConsumerGroup, IDs: []string{m.ID}}.apply(tx.Table(in.dead)).Delete(map[string]any{})
 			if res.Error != nil {
-				return fmt.Errorf("txmsg: delete parked %s from %s: %w", m.ID, in.dead, res.Error)
+				return fmt.Errorf("txmsg: delete parked %s of group %s from %s: %w", m.ID, r.ConsumerGroup, in.dead, res.Error)
 			}
 			deleted = res.RowsAffected
-			if err := pub.Publish(ctx, m); err != nil {
-				return fmt.Errorf("txmsg: republish %s to %s (its parked rows stay): %w", m.ID, m.Topic, err)
+			if err := gp.PublishToGroup(ctx, r.ConsumerGroup, m); err != nil {
+				return fmt.Errorf("txmsg: replay %s to group %s (its parked row stays): %w", m.ID, r.ConsumerGroup, err)
 			}
 			return nil
 		})
@@ -188,8 +199,8 @@ func (in *Inbox) RequeueParked(ctx context.Context, pub Publisher, group string,
 			errs = append(errs, err)
 			continue
 		}
-		in.logger.Info("requeued parked message", "txmsg_id", m.ID, "topic", m.Topic, "group", group, "rows", deleted)
-		done = append(done, RequeuedParked{ID: m.ID, Topic: m.Topic, Deleted: deleted})
+		in.logger.Info("replayed parked message to its group", "txmsg_id", m.ID, "topic", m.Topic, "group", r.ConsumerGroup, "rows", deleted)
+		done = append(done, RequeuedParked{ID: m.ID, Topic: m.Topic, Group: r.ConsumerGroup, Deleted: deleted})
 	}
 	return done, errors.Join(errs...)
 }

@@ -101,9 +101,26 @@ func TestDeadLetterMessageRebuildsTheMessage(t *testing.T) {
 type memPub struct {
 	mu     sync.Mutex
 	sent   []*txmsg.Message
+	groups []string
 	fail   map[string]bool
 	during func(m *txmsg.Message)
 }
+
+// PublishToGroup records m with the group it was sent to.
+func (p *memPub) PublishToGroup(ctx context.Context, group string, m *txmsg.Message) error {
+	if err := p.Publish(ctx, m); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.groups = append(p.groups, group)
+	return nil
+}
+
+// topicOnly publishes to topics only: it cannot reach one group.
+type topicOnly struct{}
+
+func (topicOnly) Publish(context.Context, ...*txmsg.Message) error { return nil }
 
 func (p *memPub) Publish(_ context.Context, msgs ...*txmsg.Message) error {
 	p.mu.Lock()
@@ -129,10 +146,14 @@ func TestRequeueParkedPublishesThenDeletes(t *testing.T) {
 	pub := &memPub{fail: map[string]bool{"c": true}}
 
 	done, err := in.RequeueParked(ctx, pub, "", "a", "b", "c", "missing")
-	require.ErrorContains(t, err, "republish c")
+	require.ErrorContains(t, err, "replay c to group g1")
 	require.ErrorContains(t, err, "broker says no")
-	require.Equal(t, []txmsg.RequeuedParked{{ID: "a", Topic: "events", Deleted: 2}, {ID: "b", Topic: "events", Deleted: 1}}, done)
-	require.Len(t, pub.sent, 2, "once per ID, whatever the groups that parked it")
+	require.Equal(t, []txmsg.RequeuedParked{
+		{ID: "a", Topic: "events", Group: "g1", Deleted: 1},
+		{ID: "b", Topic: "events", Group: "g1", Deleted: 1},
+		{ID: "a", Topic: "events", Group: "g2", Deleted: 1},
+	}, done)
+	require.Equal(t, []string{"g1", "g1", "g2"}, pub.groups, "each parked row to its own group, and to it alone")
 	require.Equal(t, "a", pub.sent[0].ID)
 	require.Equal(t, []byte("raw-a"), pub.sent[0].Body)
 	require.Equal(t, []string{"g1/c"}, parkedIDs(t, in, txmsg.ParkedFilter{}), "a failed publish keeps its row")
@@ -142,11 +163,15 @@ func TestRequeueParkedPublishesThenDeletes(t *testing.T) {
 	park(t, in, "g2", "a")
 	done, err = in.RequeueParked(ctx, pub, "g2", "a")
 	require.NoError(t, err)
-	require.Equal(t, []txmsg.RequeuedParked{{ID: "a", Topic: "events", Deleted: 1}}, done)
+	require.Equal(t, []txmsg.RequeuedParked{{ID: "a", Topic: "events", Group: "g2", Deleted: 1}}, done)
 	require.Equal(t, []string{"g1/c", "g1/a"}, parkedIDs(t, in, txmsg.ParkedFilter{}), "oldest first: a was parked again after c")
 
 	_, err = in.RequeueParked(ctx, nil, "", "a")
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	_, err = in.RequeueParked(ctx, topicOnly{}, "", "a")
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "a publisher that can only reach the topic is refused")
+	require.ErrorContains(t, err, "every group subscribed to it")
+	require.Equal(t, []string{"g1/c", "g1/a"}, parkedIDs(t, in, txmsg.ParkedFilter{}), "a refused requeue deletes nothing")
 }
 
 // TestRequeueParkedKeepsAMessageParkedAgain: the republished message

@@ -22,6 +22,26 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs ...*Message) error
 }
 
+// GroupPublisher is implemented by a [Publisher] that can deliver a
+// message to one consumer group alone, not to every group subscribed to
+// its topic. [Inbox.RequeueParked] needs one: a parked message replayed
+// to its topic would reach every group, and a group whose inbox no longer
+// holds the message (its rows purged) would apply it a second time.
+//
+// PublishToGroup sends msg, with its txmsg ID and topic, so that only
+// consumers of group receive it, as msg.Topic. Errors wrap
+// [ErrUnavailable] or [ErrRejected] as Publish's do; a group the broker
+// does not know is rejected.
+//
+// [txrmq.Publisher] implements it through the group's retry topic
+// (%RETRY%<group>), which every consumer of the group reads.
+//
+// [txrmq.Publisher]: https://pkg.go.dev/github.com/txmsg/txmsg/adapters/txrmq#Publisher
+type GroupPublisher interface {
+	Publisher
+	PublishToGroup(ctx context.Context, group string, msg *Message) error
+}
+
 // BrokerReturnNotifier is implemented by a [Publisher] that watches the
 // brokers it sends to and can tell when one that did not accept
 // connections accepts them again. The outbox relay uses it to retry the

@@ -280,6 +280,67 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	return &txmsg.BatchError{Errs: errs}
 }
 
+// PublishToGroup implements [txmsg.GroupPublisher]: it sends msg to the
+// retry topic of group, %RETRY%<group>, which every consumer of the group
+// (Consumer and OrderedConsumer alike) reads and no other group does. The
+// message keeps its txmsg ID, and consumers see it as msg.Topic (the
+// client's RETRY_TOPIC property and txmsg's own topic property name it),
+// so the group's inbox drops it if it handled it before. The broker
+// counts it as the group's first attempt.
+//
+// A group the broker does not know (no consumer of it ever started)
+// wraps [txmsg.ErrRejected]. A Publisher with a Namespace refuses it
+// ([txmsg.ErrInvalidConfig]): the client would put the namespace in front
+// of the retry topic's prefix rather than inside it.
+func (p *Publisher) PublishToGroup(ctx context.Context, group string, msg *txmsg.Message) error {
+	if !groupPattern.MatchString(group) {
+		return fmt.Errorf("%w: rocketmq: publish to group: group %q must be 1-255 characters of [a-zA-Z0-9_-%%|]", txmsg.ErrInvalidConfig, group)
+	}
+	if p.cfg.Namespace != "" {
+		return fmt.Errorf("%w: rocketmq: publish to group %q: not supported with a Namespace (%q)", txmsg.ErrInvalidConfig, group, p.cfg.Namespace)
+	}
+	if err := msg.Validate(p.cfg.MaxBodySize); err != nil {
+		return err
+	}
+	if msg.ID == "" {
+		msg.ID = txmsg.NewID()
+	}
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.wg.Done()
+	// The broker creates a group's retry topic when a consumer of the
+	// group first reaches it. Without a route the send would create the
+	// topic from the broker's default one (autoCreateTopicEnable) and the
+	// message would wait there for a group that does not exist.
+	retry := retryTopicPrefix + group
+	rp, err := clientinternals.NameServers(p.prod)
+	if err != nil {
+		return fmt.Errorf("%w: rocketmq: publish %s to group %q: cannot look up the group's retry topic: %w", txmsg.ErrUnavailable, msg.ID, group, err)
+	}
+	if mqs, err := fetchRoute(ctx, rp, retry); err != nil || len(mqs) == 0 {
+		if err != nil && !strings.Contains(err.Error(), "route info not found") {
+			return fmt.Errorf("%w: rocketmq: publish %s to group %q: route of %s: %w", txmsg.ErrUnavailable, msg.ID, group, retry, err)
+		}
+		return fmt.Errorf("%w: rocketmq: publish %s to group %q: the name servers route no %s, so no consumer of the group has reached the brokers; start one first",
+			txmsg.ErrRejected, msg.ID, group, retry)
+	}
+	pm := toPrimitive(msg)
+	pm.Topic = retry
+	pm.WithProperty(primitive.PropertyRetryTopic, msg.Topic)
+	res, err := p.prod.SendSync(ctx, pm)
+	if err != nil {
+		return fmt.Errorf("rocketmq: publish %s to group %q: %w", msg.ID, group, classifySendError(err))
+	}
+	if res.Status != primitive.SendOK {
+		return fmt.Errorf("%w: rocketmq: publish %s to group %q: broker answered status %d", txmsg.ErrUnavailable, msg.ID, group, res.Status)
+	}
+	return nil
+}
+
+// retryTopicPrefix starts the retry topic of every consumer group.
+const retryTopicPrefix = "%RETRY%"
+
 type batch struct {
 	topic, key string
 	idx        []int

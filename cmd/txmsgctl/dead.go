@@ -319,8 +319,8 @@ func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
 	}
 }
 
-// requeueParked publishes each parked message again, once per txmsg ID
-// whatever the groups that parked it, and deletes its parked rows
+// requeueParked replays each parked message to the group that parked it
+// alone, through the group's retry topic, and deletes its parked row
 // (txmsg.Inbox.RequeueParked).
 func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publishFlags) error {
 	rows, err := d.parked(ctx, k, d.ids, 0)
@@ -348,7 +348,7 @@ func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publish
 	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
 	done, err := k.inbox.RequeueParked(ctx, pub, d.group, d.ids...)
 	for _, r := range done {
-		fmt.Fprintf(e.stdout, "republished %s to %s; deleted %d parked row(s)\n", r.ID, r.Topic, r.Deleted)
+		fmt.Fprintf(e.stdout, "replayed %s (topic %s) to group %s only; deleted %d parked row(s)\n", r.ID, r.Topic, r.Group, r.Deleted)
 	}
 	return errors.Join(err, notFound(d.ids, found))
 }

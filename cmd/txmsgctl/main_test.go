@@ -304,7 +304,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 	r := ctl(t, map[string]string{"TXMSG_DSN": dsn, "TXMSG_NAMESRV": testbed.NameServer()},
 		"dead", "requeue", "-kind", "consumer", "-producer-group", testbed.Name(t, "ctl"), id)
 	require.Equal(t, exitOK, r.code, r)
-	require.Contains(t, r.stdout, "republished "+id+" to "+topic+"; deleted 1 parked row(s)")
+	require.Contains(t, r.stdout, "replayed "+id+" (topic "+topic+") to group "+group+" only")
 	require.Zero(t, count(t, db, txmsg.DefaultDeadLetterTable, "1 = 1"))
 	require.Eventually(t, func() bool {
 		mu.Lock()
