@@ -392,6 +392,7 @@ func TestNoTokenMeansLoopbackOnly(t *testing.T) {
 	}
 	req := httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "[::1]:5000"
+	req.Host = "localhost:8089"
 	w := httptest.NewRecorder()
 	b.Dash.ServeHTTP(w, req)
 	require.Equal(t, http.StatusOK, w.Code)
@@ -431,4 +432,77 @@ func TestNoCredentialRendered(t *testing.T) {
 			require.Contains(t, res.body, cfg.User+":****@", "the database is shown, redacted")
 		}
 	}
+}
+
+// serveAs sends one GET of path to d from peer with the Host header host
+// and returns the recorded answer.
+func serveAs(d http.Handler, peer, host, path string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", path, nil)
+	req.RemoteAddr = peer
+	req.Host = host
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	d.ServeHTTP(w, req)
+	return w
+}
+
+// TestHostHeaderIsChecked: a page of another site can reach a dashboard
+// on this machine through a name that resolves to 127.0.0.1 (DNS
+// rebinding); the browser then sends that name as Host. Without a token
+// the dashboard answers loopback names and the configured hosts only;
+// with a token and AllowedHosts, the configured hosts and loopback names
+// only.
+func TestHostHeaderIsChecked(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	dead := b.DeadRow("k", []byte(`{"secret":"s3cr3t-body"}`), "x")
+	forged := []string{"evil.example", "evil.example:8089", "127.0.0.1.evil.example:8089", "localhost.evil.example",
+		"rebind.attacker.test:80", "10.0.0.7:8089", "", "dash.example.com"}
+	for _, host := range forged {
+		for _, path := range []string{"/", "/outbox?status=dead", "/outbox/row?id=" + dead} {
+			w := serveAs(b.Dash, "127.0.0.1:50000", host, path, nil)
+			require.Equal(t, http.StatusForbidden, w.Code, "%s %s", host, path)
+			require.Contains(t, w.Body.String(), "AllowedHosts", host)
+			require.NotContains(t, w.Body.String(), "s3cr3t-body", host)
+			require.NotContains(t, w.Body.String(), dead, host)
+			require.NotContains(t, w.Body.String(), "tcp(", "the refusal does not show the database")
+		}
+	}
+	for _, host := range []string{"localhost", "localhost:8089", "LOCALHOST:8089", "127.0.0.1", "127.0.0.1:8089", "127.5.6.7:80", "[::1]", "[::1]:8089"} {
+		w := serveAs(b.Dash, "[::1]:50000", host, "/outbox/row?id="+dead, nil)
+		require.Equal(t, http.StatusOK, w.Code, host)
+		require.Contains(t, w.Body.String(), "s3cr3t-body", host)
+	}
+
+	// Configured hosts, with or without a port.
+	db, err := testbed.Open(b.DSN)
+	require.NoError(t, err)
+	d, err := dashboard.New(dashboard.Config{DB: db, AllowedHosts: []string{"Dash.Example.com", "ops.example.net:9000"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	for host, ok := range map[string]bool{
+		"dash.example.com": true, "dash.example.com:8089": true, "ops.example.net:9000": true, "localhost:8089": true,
+		"ops.example.net": false, "ops.example.net:9001": false, "evil.example": false, "x.dash.example.com": false,
+	} {
+		w := serveAs(d, "127.0.0.1:50000", host, "/outbox", nil)
+		require.Equal(t, ok, w.Code == http.StatusOK, "%s: %d", host, w.Code)
+	}
+	for _, bad := range [][]string{{""}, {"http://dash.example.com"}, {"dash.example.com/x"}, {"a b"}, {"[::1"}} {
+		_, err := dashboard.New(dashboard.Config{DB: db, AllowedHosts: bad})
+		require.ErrorIs(t, err, dashboard.ErrConfig, "%q", bad)
+		require.ErrorContains(t, err, "AllowedHosts", "%q", bad)
+	}
+
+	// With a token and AllowedHosts the check applies too, even to a
+	// request that carries the token.
+	const token = "tok-host-7d1e"
+	dt, err := dashboard.New(dashboard.Config{DB: db, Token: token, AllowedHosts: []string{"dash.example.com"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dt.Close() })
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	require.Equal(t, http.StatusForbidden, serveAs(dt, "10.0.0.7:4000", "evil.example", "/outbox", bearer).Code)
+	require.Equal(t, http.StatusOK, serveAs(dt, "10.0.0.7:4000", "dash.example.com", "/outbox", bearer).Code)
+	require.Equal(t, http.StatusOK, serveAs(dt, "127.0.0.1:4000", "localhost:8089", "/outbox", bearer).Code)
 }

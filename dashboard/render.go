@@ -114,6 +114,9 @@ type httpError struct {
 	status int
 	title  string
 	msg    string
+	// guest hides the database and the navigation: the request was
+	// refused before anything else was looked at.
+	guest bool
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -137,6 +140,9 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	v := d.view(r, "", he.title, he)
 	if d.cfg.Token != "" && !d.authenticated(r) {
 		v.CSRF = ""
+	}
+	if he.guest {
+		v.Guest, v.Database, v.CSRF, v.Who = true, "", "", ""
 	}
 	d.renderView(w, he.status, "error", v)
 }

@@ -89,6 +89,8 @@ Usage:
       Run the web dashboard: outbox, parked messages, transactions and,
       with -namesrv, the broker. Read-only unless -allow-actions; actions
       and any address but loopback need a token ($TXMSG_DASHBOARD_TOKEN).
+      Requests must name localhost, 127.0.0.1, [::1] or one of
+      -allowed-hosts in their Host header (with a token: once it is set).
 
 IDs are txmsg IDs (msg_id). Flags may come before or after the IDs.
 Run "txmsgctl COMMAND -h" for a command's flags.
