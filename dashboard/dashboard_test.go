@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
@@ -505,4 +506,36 @@ func TestHostHeaderIsChecked(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, serveAs(dt, "10.0.0.7:4000", "evil.example", "/outbox", bearer).Code)
 	require.Equal(t, http.StatusOK, serveAs(dt, "10.0.0.7:4000", "dash.example.com", "/outbox", bearer).Code)
 	require.Equal(t, http.StatusOK, serveAs(dt, "127.0.0.1:4000", "localhost:8089", "/outbox", bearer).Code)
+}
+
+// TestLoginRedirectStaysOnThisSite logs in through the form of a
+// dashboard mounted at the root, where nothing is put before the target,
+// with targets that browsers would take off-site: each redirect goes to
+// "/".
+func TestLoginRedirectStaysOnThisSite(t *testing.T) {
+	t.Parallel()
+	const token = "tok-next-4a9c"
+	b := dashtest.New(t, dashtest.Options{Token: token})
+	for _, next := range []string{"/\t/evil.example", "/\n/evil.example", "/\r\n/evil.example", "/\\evil.example", "\\\\evil.example",
+		"/%2f%2fevil.example", "/%5cevil.example", "//evil.example", "///evil.example", "/.//evil.example",
+		" //evil.example", "javascript:alert(1)", "http://evil.example/"} {
+		form := url.Values{"token": {token}, "name": {"alice"}, "next": {next}}
+		req := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		b.Dash.ServeHTTP(w, req)
+		require.Equal(t, http.StatusSeeOther, w.Code, "%q: %s", next, w.Body)
+		assert.Equal(t, "/", w.Header().Get("Location"), "%q", next)
+
+		page := httptest.NewRecorder()
+		b.Dash.ServeHTTP(page, httptest.NewRequest("GET", "/login?next="+url.QueryEscape(next), nil))
+		require.Equal(t, http.StatusOK, page.Code)
+		assert.Contains(t, page.Body.String(), `name="next" value="/"`, "%q", next)
+	}
+	form := url.Values{"token": {token}, "next": {"/outbox?status=dead&key=k"}}
+	req := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	b.Dash.ServeHTTP(w, req)
+	require.Equal(t, "/outbox?status=dead&key=k", w.Header().Get("Location"))
 }
