@@ -197,7 +197,7 @@ func TestTokenGuardsEveryPage(t *testing.T) {
 	const token = "tok-9c2f1e7a5b3d"
 	b := dashtest.New(t, dashtest.Options{Token: token})
 	c := client(t)
-	for _, path := range []string{"", "outbox", "consumers", "tx?q=x", "outbox/row?id=x"} {
+	for _, path := range []string{"", "outbox", "consumers", "tx?q=x", "outbox/row?id=x", "outbox/row/body?id=x", "consumers/message/body?group=g&id=x"} {
 		res := do(t, c, "GET", b.URL+path, nil, map[string]string{"Accept": "text/html"})
 		require.Equal(t, http.StatusSeeOther, res.status, path)
 		require.Contains(t, res.header.Get("Location"), Mount("/login?next="))
@@ -538,4 +538,52 @@ func TestLoginRedirectStaysOnThisSite(t *testing.T) {
 	w := httptest.NewRecorder()
 	b.Dash.ServeHTTP(w, req)
 	require.Equal(t, "/outbox?status=dead&key=k", w.Header().Get("Location"))
+}
+
+// TestLargeBodiesAreCutWithADownload stores a 7.3 MB text body in a dead
+// outbox row and a 6 MB one in a parked message: their pages show the
+// body's start as text (cut between runes, not inside one, which would
+// turn it into a hex dump), say that it is cut, and link to a download of
+// the whole body, which comes back byte for byte as an attachment.
+func TestLargeBodiesAreCutWithADownload(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	text := []byte(strings.Repeat("€ order line ", 7_300_000/15))
+	dead := b.DeadRow("big", text, "message too large")
+	parked := b.Parked("shipping", "big", text[:6_000_000], "not json")
+	c := client(t)
+	for _, tc := range []struct{ page, download string }{
+		{"outbox/row?id=" + dead, "outbox/row/body?id=" + dead},
+		{"consumers/message?group=shipping&id=" + parked, "consumers/message/body?group=shipping&id=" + parked},
+	} {
+		page := get(t, c, b.URL+tc.page)
+		require.Equal(t, http.StatusOK, page.status, tc.page)
+		require.Less(t, len(page.body), 256<<10, tc.page)
+		require.Contains(t, page.body, "shown as text, cut", tc.page)
+		require.Contains(t, page.body, "€ order line € order line", tc.page)
+		href := `href="` + Mount("/"+tc.download) + `"`
+		require.Contains(t, page.body, href, tc.page)
+
+		res, err := c.Get(b.URL + tc.download)
+		require.NoError(t, err)
+		got, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusOK, res.StatusCode, tc.download)
+		require.Equal(t, "application/octet-stream", res.Header.Get("Content-Type"))
+		require.Contains(t, res.Header.Get("Content-Disposition"), "attachment")
+		require.Equal(t, "nosniff", res.Header.Get("X-Content-Type-Options"))
+		if strings.HasPrefix(tc.page, "outbox") {
+			require.Equal(t, len(text), len(got))
+			require.True(t, string(text) == string(got), "the whole body")
+		} else {
+			require.True(t, string(text[:6_000_000]) == string(got), "the whole body")
+		}
+	}
+	for path, status := range map[string]int{
+		"outbox/row/body?id=nope": 404, "outbox/row/body": 400,
+		"consumers/message/body?group=shipping&id=nope": 404, "consumers/message/body?id=" + parked: 400,
+	} {
+		require.Equal(t, status, get(t, c, b.URL+path).status, path)
+	}
 }
