@@ -162,11 +162,38 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, basePath(r)+"/login", http.StatusSeeOther)
 }
 
-// safeNext keeps a post-login target inside the dashboard: a path that
-// starts with one slash.
+// safeNext keeps a post-login target on this dashboard. It comes from
+// the request, so a link can carry anything; browsers drop tabs and
+// newlines from a Location, read a backslash as a slash and send "//host"
+// or "/.//host" to another site. Only a path as the dashboard builds one
+// passes: it starts with one slash, is printable ASCII without a
+// backslash or a fragment, parses with no scheme or host, and its
+// decoded path has no control byte, backslash, empty segment ("//") or
+// dot segment. Anything else becomes "/".
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
-		return "/"
+	const home = "/"
+	if !strings.HasPrefix(next, "/") {
+		return home
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' || c == '#' {
+			return home
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || !strings.HasPrefix(u.Path, "/") {
+		return home
+	}
+	for i := 0; i < len(u.Path); i++ {
+		if c := u.Path[i]; c < ' ' || c >= 0x7f || c == '\\' {
+			return home
+		}
+	}
+	segs := strings.Split(u.Path[1:], "/")
+	for i, s := range segs {
+		if s == "." || s == ".." || (s == "" && i < len(segs)-1) {
+			return home
+		}
 	}
 	return next
 }

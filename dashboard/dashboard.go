@@ -12,7 +12,10 @@
 // The dashboard is read-only unless [Config.AllowActions] is set, which
 // needs a [Config.Token]. With a token every page asks for it (an
 // Authorization: Bearer header, or a login form that sets a cookie);
-// without one the handler answers loopback clients only. Every action
+// without one the handler answers loopback clients only, and only
+// requests whose Host header names loopback or one of
+// [Config.AllowedHosts] (a page of another site reaching it through DNS
+// rebinding names its own host). Every action
 // (requeue, purge, replay) is a POST carrying a CSRF token and is logged
 // with who did it.
 //
@@ -79,8 +82,17 @@ type Config struct {
 	AllowActions bool
 	// Token, when set, is required for every page: as "Authorization:
 	// Bearer <token>" or through the login form. Without a token the
-	// dashboard answers loopback clients only.
+	// dashboard answers loopback clients only, and only requests whose
+	// Host is a loopback name or one of AllowedHosts.
 	Token string
+	// AllowedHosts are the host names, besides localhost, 127.0.0.0/8 and
+	// [::1], that requests may name in their Host header: the name the
+	// dashboard is opened by in a browser, as "dash.example.com" (any
+	// port) or "dash.example.com:8089" (that port only). The check stops
+	// a page of another site from reading the dashboard through a name
+	// that resolves to this machine (DNS rebinding). Without a Token it
+	// always applies; with a Token it applies when AllowedHosts is set.
+	AllowedHosts []string
 
 	// Title is shown in every page's header. Default "txmsg".
 	Title string
@@ -134,6 +146,11 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.AllowActions && cfg.Token == "" {
 		return nil, fmt.Errorf("%w: AllowActions needs a Token", ErrConfig)
 	}
+	hosts, err := allowedHosts(cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.AllowedHosts = hosts
 	if cfg.SampleInterval < 0 || cfg.QueryTimeout < 0 {
 		return nil, fmt.Errorf("%w: durations must not be negative", ErrConfig)
 	}
@@ -153,7 +170,6 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Database = describeDB(cfg.DB)
 	}
 	d := &Dashboard{cfg: cfg, log: cfg.Logger.With("component", "txmsg.dashboard"), ob: cfg.Outbox, inbox: cfg.Inbox, chk: cfg.Checker}
-	var err error
 	if d.ob == nil {
 		if d.ob, err = outbox.New(cfg.DB, outbox.Config{Logger: cfg.Logger}); err != nil {
 			return nil, err
@@ -203,10 +219,12 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /{$}", d.page(d.overview))
 	m.HandleFunc("GET /outbox", d.page(d.outboxList))
 	m.HandleFunc("GET /outbox/row", d.page(d.outboxRow))
+	m.HandleFunc("GET /outbox/row/body", d.outboxBody)
 	m.HandleFunc("POST /outbox/requeue", d.action(d.outboxRequeue))
 	m.HandleFunc("POST /outbox/purge", d.action(d.outboxPurge))
 	m.HandleFunc("GET /consumers", d.page(d.consumerList))
 	m.HandleFunc("GET /consumers/message", d.page(d.consumerMessage))
+	m.HandleFunc("GET /consumers/message/body", d.parkedBody)
 	m.HandleFunc("POST /consumers/replay", d.action(d.consumerReplay))
 	m.HandleFunc("POST /consumers/purge", d.action(d.consumerPurge))
 	m.HandleFunc("GET /tx", d.page(d.transaction))
@@ -237,8 +255,16 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
 	if d.cfg.Token == "" && !loopbackPeer(r) {
-		d.fail(w, r, &httpError{status: http.StatusForbidden, title: "Forbidden",
+		d.fail(w, r, &httpError{status: http.StatusForbidden, title: "Forbidden", guest: true,
 			msg: "This dashboard has no token, so it answers only clients on this machine. Give it a token to open it to others."})
+		return
+	}
+	if (d.cfg.Token == "" || len(d.cfg.AllowedHosts) > 0) && !d.hostAllowed(r.Host) {
+		d.fail(w, r, &httpError{status: http.StatusForbidden, title: "Forbidden", guest: true,
+			msg: fmt.Sprintf("This dashboard answers requests for localhost, 127.0.0.1 and [::1]%s only, not for host %q: "+
+				"a page of another site may be reaching it through a name that resolves to this machine. "+
+				"If you opened it by that name, add it to the dashboard's AllowedHosts (txmsgctl serve -allowed-hosts).",
+				d.hostList(), short(80, r.Host))})
 		return
 	}
 	if d.cfg.Token != "" && !d.authenticated(r) && !publicPath(r.URL.Path) {
@@ -270,6 +296,66 @@ func loopbackPeer(r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// allowedHosts checks and lower-cases the configured host names.
+func allowedHosts(in []string) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, h := range in {
+		bad := h == "" || strings.ContainsAny(h, "/\\?#@ \t\r\n")
+		if !bad && strings.HasPrefix(h, "[") {
+			host, _ := splitHost(h)
+			bad = net.ParseIP(host) == nil
+		}
+		if bad {
+			return nil, fmt.Errorf("%w: AllowedHosts entry %q is not a host name: give it as dash.example.com or dash.example.com:8089", ErrConfig, h)
+		}
+		out = append(out, strings.ToLower(h))
+	}
+	return out, nil
+}
+
+// splitHost splits a Host header into its host (without brackets) and
+// port ("" when there is none).
+func splitHost(h string) (host, port string) {
+	if host, port, err := net.SplitHostPort(h); err == nil {
+		return host, port
+	}
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		return h[1 : len(h)-1], ""
+	}
+	return h, ""
+}
+
+// hostAllowed reports whether a request's Host names this machine's
+// loopback (localhost, 127.0.0.0/8, [::1], any port) or one of
+// AllowedHosts.
+func (d *Dashboard) hostAllowed(h string) bool {
+	h = strings.ToLower(h)
+	host, _ := splitHost(h)
+	if host == "localhost" {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	for _, a := range d.cfg.AllowedHosts {
+		if a == h {
+			return true
+		}
+		if ah, ap := splitHost(a); ap == "" && ah == host {
+			return true
+		}
+	}
+	return false
+}
+
+// hostList names AllowedHosts for the refusal page.
+func (d *Dashboard) hostList() string {
+	if len(d.cfg.AllowedHosts) == 0 {
+		return ""
+	}
+	return " and " + strings.Join(d.cfg.AllowedHosts, ", ")
 }
 
 // CheckListen returns an error when addr (host:port) is not a loopback

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
@@ -196,7 +197,7 @@ func TestTokenGuardsEveryPage(t *testing.T) {
 	const token = "tok-9c2f1e7a5b3d"
 	b := dashtest.New(t, dashtest.Options{Token: token})
 	c := client(t)
-	for _, path := range []string{"", "outbox", "consumers", "tx?q=x", "outbox/row?id=x"} {
+	for _, path := range []string{"", "outbox", "consumers", "tx?q=x", "outbox/row?id=x", "outbox/row/body?id=x", "consumers/message/body?group=g&id=x"} {
 		res := do(t, c, "GET", b.URL+path, nil, map[string]string{"Accept": "text/html"})
 		require.Equal(t, http.StatusSeeOther, res.status, path)
 		require.Contains(t, res.header.Get("Location"), Mount("/login?next="))
@@ -392,6 +393,7 @@ func TestNoTokenMeansLoopbackOnly(t *testing.T) {
 	}
 	req := httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "[::1]:5000"
+	req.Host = "localhost:8089"
 	w := httptest.NewRecorder()
 	b.Dash.ServeHTTP(w, req)
 	require.Equal(t, http.StatusOK, w.Code)
@@ -430,5 +432,158 @@ func TestNoCredentialRendered(t *testing.T) {
 		if p == "/" {
 			require.Contains(t, res.body, cfg.User+":****@", "the database is shown, redacted")
 		}
+	}
+}
+
+// serveAs sends one GET of path to d from peer with the Host header host
+// and returns the recorded answer.
+func serveAs(d http.Handler, peer, host, path string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", path, nil)
+	req.RemoteAddr = peer
+	req.Host = host
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	d.ServeHTTP(w, req)
+	return w
+}
+
+// TestHostHeaderIsChecked: a page of another site can reach a dashboard
+// on this machine through a name that resolves to 127.0.0.1 (DNS
+// rebinding); the browser then sends that name as Host. Without a token
+// the dashboard answers loopback names and the configured hosts only;
+// with a token and AllowedHosts, the configured hosts and loopback names
+// only.
+func TestHostHeaderIsChecked(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	dead := b.DeadRow("k", []byte(`{"secret":"s3cr3t-body"}`), "x")
+	forged := []string{"evil.example", "evil.example:8089", "127.0.0.1.evil.example:8089", "localhost.evil.example",
+		"rebind.attacker.test:80", "10.0.0.7:8089", "", "dash.example.com"}
+	for _, host := range forged {
+		for _, path := range []string{"/", "/outbox?status=dead", "/outbox/row?id=" + dead} {
+			w := serveAs(b.Dash, "127.0.0.1:50000", host, path, nil)
+			require.Equal(t, http.StatusForbidden, w.Code, "%s %s", host, path)
+			require.Contains(t, w.Body.String(), "AllowedHosts", host)
+			require.NotContains(t, w.Body.String(), "s3cr3t-body", host)
+			require.NotContains(t, w.Body.String(), dead, host)
+			require.NotContains(t, w.Body.String(), "tcp(", "the refusal does not show the database")
+		}
+	}
+	for _, host := range []string{"localhost", "localhost:8089", "LOCALHOST:8089", "127.0.0.1", "127.0.0.1:8089", "127.5.6.7:80", "[::1]", "[::1]:8089"} {
+		w := serveAs(b.Dash, "[::1]:50000", host, "/outbox/row?id="+dead, nil)
+		require.Equal(t, http.StatusOK, w.Code, host)
+		require.Contains(t, w.Body.String(), "s3cr3t-body", host)
+	}
+
+	// Configured hosts, with or without a port.
+	db, err := testbed.Open(b.DSN)
+	require.NoError(t, err)
+	d, err := dashboard.New(dashboard.Config{DB: db, AllowedHosts: []string{"Dash.Example.com", "ops.example.net:9000"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	for host, ok := range map[string]bool{
+		"dash.example.com": true, "dash.example.com:8089": true, "ops.example.net:9000": true, "localhost:8089": true,
+		"ops.example.net": false, "ops.example.net:9001": false, "evil.example": false, "x.dash.example.com": false,
+	} {
+		w := serveAs(d, "127.0.0.1:50000", host, "/outbox", nil)
+		require.Equal(t, ok, w.Code == http.StatusOK, "%s: %d", host, w.Code)
+	}
+	for _, bad := range [][]string{{""}, {"http://dash.example.com"}, {"dash.example.com/x"}, {"a b"}, {"[::1"}} {
+		_, err := dashboard.New(dashboard.Config{DB: db, AllowedHosts: bad})
+		require.ErrorIs(t, err, dashboard.ErrConfig, "%q", bad)
+		require.ErrorContains(t, err, "AllowedHosts", "%q", bad)
+	}
+
+	// With a token and AllowedHosts the check applies too, even to a
+	// request that carries the token.
+	const token = "tok-host-7d1e"
+	dt, err := dashboard.New(dashboard.Config{DB: db, Token: token, AllowedHosts: []string{"dash.example.com"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dt.Close() })
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	require.Equal(t, http.StatusForbidden, serveAs(dt, "10.0.0.7:4000", "evil.example", "/outbox", bearer).Code)
+	require.Equal(t, http.StatusOK, serveAs(dt, "10.0.0.7:4000", "dash.example.com", "/outbox", bearer).Code)
+	require.Equal(t, http.StatusOK, serveAs(dt, "127.0.0.1:4000", "localhost:8089", "/outbox", bearer).Code)
+}
+
+// TestLoginRedirectStaysOnThisSite logs in through the form of a
+// dashboard mounted at the root, where nothing is put before the target,
+// with targets that browsers would take off-site: each redirect goes to
+// "/".
+func TestLoginRedirectStaysOnThisSite(t *testing.T) {
+	t.Parallel()
+	const token = "tok-next-4a9c"
+	b := dashtest.New(t, dashtest.Options{Token: token})
+	for _, next := range []string{"/\t/evil.example", "/\n/evil.example", "/\r\n/evil.example", "/\\evil.example", "\\\\evil.example",
+		"/%2f%2fevil.example", "/%5cevil.example", "//evil.example", "///evil.example", "/.//evil.example",
+		" //evil.example", "javascript:alert(1)", "http://evil.example/"} {
+		form := url.Values{"token": {token}, "name": {"alice"}, "next": {next}}
+		req := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		b.Dash.ServeHTTP(w, req)
+		require.Equal(t, http.StatusSeeOther, w.Code, "%q: %s", next, w.Body)
+		assert.Equal(t, "/", w.Header().Get("Location"), "%q", next)
+
+		page := httptest.NewRecorder()
+		b.Dash.ServeHTTP(page, httptest.NewRequest("GET", "/login?next="+url.QueryEscape(next), nil))
+		require.Equal(t, http.StatusOK, page.Code)
+		assert.Contains(t, page.Body.String(), `name="next" value="/"`, "%q", next)
+	}
+	form := url.Values{"token": {token}, "next": {"/outbox?status=dead&key=k"}}
+	req := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	b.Dash.ServeHTTP(w, req)
+	require.Equal(t, "/outbox?status=dead&key=k", w.Header().Get("Location"))
+}
+
+// TestLargeBodiesAreCutWithADownload stores a 7.3 MB text body in a dead
+// outbox row and a 6 MB one in a parked message: their pages show the
+// body's start as text (cut between runes, not inside one, which would
+// turn it into a hex dump), say that it is cut, and link to a download of
+// the whole body, which comes back byte for byte as an attachment.
+func TestLargeBodiesAreCutWithADownload(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	text := []byte(strings.Repeat("€ order line ", 7_300_000/15))
+	dead := b.DeadRow("big", text, "message too large")
+	parked := b.Parked("shipping", "big", text[:6_000_000], "not json")
+	c := client(t)
+	for _, tc := range []struct{ page, download string }{
+		{"outbox/row?id=" + dead, "outbox/row/body?id=" + dead},
+		{"consumers/message?group=shipping&id=" + parked, "consumers/message/body?group=shipping&id=" + parked},
+	} {
+		page := get(t, c, b.URL+tc.page)
+		require.Equal(t, http.StatusOK, page.status, tc.page)
+		require.Less(t, len(page.body), 256<<10, tc.page)
+		require.Contains(t, page.body, "shown as text, cut", tc.page)
+		require.Contains(t, page.body, "€ order line € order line", tc.page)
+		href := `href="` + Mount("/"+tc.download) + `"`
+		require.Contains(t, page.body, href, tc.page)
+
+		res, err := c.Get(b.URL + tc.download)
+		require.NoError(t, err)
+		got, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusOK, res.StatusCode, tc.download)
+		require.Equal(t, "application/octet-stream", res.Header.Get("Content-Type"))
+		require.Contains(t, res.Header.Get("Content-Disposition"), "attachment")
+		require.Equal(t, "nosniff", res.Header.Get("X-Content-Type-Options"))
+		if strings.HasPrefix(tc.page, "outbox") {
+			require.Equal(t, len(text), len(got))
+			require.True(t, string(text) == string(got), "the whole body")
+		} else {
+			require.True(t, string(text[:6_000_000]) == string(got), "the whole body")
+		}
+	}
+	for path, status := range map[string]int{
+		"outbox/row/body?id=nope": 404, "outbox/row/body": 400,
+		"consumers/message/body?group=shipping&id=nope": 404, "consumers/message/body?id=" + parked: 400,
+	} {
+		require.Equal(t, status, get(t, c, b.URL+path).status, path)
 	}
 }

@@ -287,21 +287,40 @@ type rowData struct {
 }
 
 func (d *Dashboard) outboxRow(r *http.Request) (string, string, any, error) {
-	id, err := text(r.URL.Query(), "id")
-	if err != nil {
-		return "", "", nil, err
-	}
-	if id == "" {
-		return "", "", nil, badRequest("Give the row's txmsg ID: /outbox/row?id=...")
-	}
-	row, err := d.ob.Get(r.Context(), id)
-	if errors.Is(err, outbox.ErrNoRow) {
-		return "", "", nil, notFound("No outbox row has txmsg ID %q. It may have been sent and purged, or never written.", id)
-	}
+	row, err := d.findOutboxRow(r, "/outbox/row")
 	if err != nil {
 		return "", "", nil, err
 	}
 	return "row", "Outbox row", &rowData{Row: row, Body: showBody(row.Body), Properties: properties(row.Properties), Back: r.URL.RequestURI()}, nil
+}
+
+// outboxBody sends an outbox row's whole body as a download.
+func (d *Dashboard) outboxBody(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := contextWithTimeout(r, d.cfg.QueryTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
+	row, err := d.findOutboxRow(r, "/outbox/row/body")
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	sendBody(w, row.MsgID, row.Body)
+}
+
+// findOutboxRow reads the outbox row the query's id names.
+func (d *Dashboard) findOutboxRow(r *http.Request, path string) (*outbox.Row, error) {
+	id, err := text(r.URL.Query(), "id")
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, badRequest("Give the row's txmsg ID: %s?id=...", path)
+	}
+	row, err := d.ob.Get(r.Context(), id)
+	if errors.Is(err, outbox.ErrNoRow) {
+		return nil, notFound("No outbox row has txmsg ID %q. It may have been sent and purged, or never written.", id)
+	}
+	return row, err
 }
 
 // ---- consumers ----
@@ -385,27 +404,46 @@ type parkedData struct {
 }
 
 func (d *Dashboard) consumerMessage(r *http.Request) (string, string, any, error) {
-	q := r.URL.Query()
-	group, err := text(q, "group")
-	if err != nil {
-		return "", "", nil, err
-	}
-	id, err := text(q, "id")
-	if err != nil {
-		return "", "", nil, err
-	}
-	if group == "" || id == "" {
-		return "", "", nil, badRequest("Give the consumer group and the txmsg ID: /consumers/message?group=...&id=...")
-	}
-	row, err := d.inbox.ParkedMessage(r.Context(), group, id)
-	if errors.Is(err, txmsg.ErrNotParked) {
-		return "", "", nil, notFound("Group %q has no parked message with txmsg ID %q. It may have been replayed or purged.", group, id)
-	}
+	row, err := d.findParked(r, "/consumers/message")
 	if err != nil {
 		return "", "", nil, err
 	}
 	return "parked", "Parked message", &parkedData{Row: row, Body: showBody(row.Body), Properties: properties(row.Properties),
 		Replay: d.cfg.Publisher != nil, Back: r.URL.RequestURI()}, nil
+}
+
+// parkedBody sends a parked message's whole body as a download.
+func (d *Dashboard) parkedBody(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := contextWithTimeout(r, d.cfg.QueryTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
+	row, err := d.findParked(r, "/consumers/message/body")
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	sendBody(w, row.ConsumerGroup+"-"+row.MsgID, row.Body)
+}
+
+// findParked reads the parked message the query's group and id name.
+func (d *Dashboard) findParked(r *http.Request, path string) (*txmsg.DeadLetter, error) {
+	q := r.URL.Query()
+	group, err := text(q, "group")
+	if err != nil {
+		return nil, err
+	}
+	id, err := text(q, "id")
+	if err != nil {
+		return nil, err
+	}
+	if group == "" || id == "" {
+		return nil, badRequest("Give the consumer group and the txmsg ID: %s?group=...&id=...", path)
+	}
+	row, err := d.inbox.ParkedMessage(r.Context(), group, id)
+	if errors.Is(err, txmsg.ErrNotParked) {
+		return nil, notFound("Group %q has no parked message with txmsg ID %q. It may have been replayed or purged.", group, id)
+	}
+	return row, err
 }
 
 // groupCounts counts handled and parked messages per consumer group.

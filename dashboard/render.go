@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -114,6 +116,9 @@ type httpError struct {
 	status int
 	title  string
 	msg    string
+	// guest hides the database and the navigation: the request was
+	// refused before anything else was looked at.
+	guest bool
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -137,6 +142,9 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	v := d.view(r, "", he.title, he)
 	if d.cfg.Token != "" && !d.authenticated(r) {
 		v.CSRF = ""
+	}
+	if he.guest {
+		v.Guest, v.Database, v.CSRF, v.Who = true, "", "", ""
 	}
 	d.renderView(w, he.status, "error", v)
 }
@@ -177,31 +185,65 @@ type body struct {
 	Cut  bool
 }
 
-// maxShownBody bounds how much of a body a page shows.
+// maxShownBody bounds how much of a body a page shows; the page links to
+// a download of the whole body.
 const maxShownBody = 64 << 10
+
+// maxIndentedBody is the largest JSON body a page indents; a larger one is
+// shown as text.
+const maxIndentedBody = 1 << 20
 
 func showBody(b []byte) body {
 	out := body{Size: len(b)}
-	if json.Valid(b) && len(b) > 0 {
+	if len(b) > 0 && len(b) <= maxIndentedBody && json.Valid(b) {
 		var buf bytes.Buffer
 		if json.Indent(&buf, b, "", "  ") == nil {
-			out.Kind, out.Text = "json", buf.String()
-			if len(out.Text) > maxShownBody {
-				out.Text, out.Cut = out.Text[:maxShownBody], true
-			}
+			out.Kind = "json"
+			shown := cutAtRune(buf.Bytes(), maxShownBody)
+			out.Text, out.Cut = string(shown), len(shown) < buf.Len()
 			return out
 		}
 	}
-	shown := b
-	if len(shown) > maxShownBody {
-		shown, out.Cut = shown[:maxShownBody], true
-	}
+	shown := cutAtRune(b, maxShownBody)
+	out.Cut = len(shown) < len(b)
 	if utf8.Valid(shown) && printable(string(shown)) {
 		out.Kind, out.Text = "text", string(shown)
 		return out
 	}
 	out.Kind, out.Text = "hex", hex.Dump(shown)
 	return out
+}
+
+// cutAtRune returns at most the first n bytes of b, cut before a UTF-8
+// rune that would not fit whole.
+func cutAtRune(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	i := n
+	for i > n-utf8.UTFMax && i > 0 && !utf8.RuneStart(b[i]) {
+		i--
+	}
+	if !utf8.RuneStart(b[i]) {
+		i = n // not UTF-8 text: cut at n
+	}
+	return b[:i]
+}
+
+// sendBody answers with body as a file to save, never to display.
+func sendBody(w http.ResponseWriter, name string, body []byte) {
+	safe := strings.Map(func(r rune) rune {
+		if r < utf8.RuneSelf && (r == '-' || r == '_' || r == '.' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return r
+		}
+		return '_'
+	}, name)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": safe + ".body"}))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 func printable(s string) bool {

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -131,11 +133,20 @@ func cmdDeadList(ctx context.Context, e *env, args []string) error {
 
 func cmdDeadShow(ctx context.Context, e *env, args []string) error {
 	d := newDeadCmd(e, "show", "-kind outbox|consumer [flags] ID...")
+	var bo bodyOut
+	d.fs.BoolVar(&bo.full, "full", false, fmt.Sprintf("print whole bodies (by default the first %d bytes of each)", maxPrintedBody))
+	d.fs.StringVar(&bo.file, "out", "", "write the body, as stored, to this new file instead of printing it (one ID; kind consumer: with -group when several groups parked it)")
 	if err := d.parse(args); err != nil {
 		return err
 	}
 	if len(d.ids) == 0 {
 		return usageError("dead show needs the txmsg IDs to show")
+	}
+	if bo.file != "" && len(d.ids) != 1 {
+		return usageError("-out writes one body: give one ID, not %d", len(d.ids))
+	}
+	if bo.file != "" && bo.full {
+		return usageError("-out and -full do not go together: -out writes the whole body to the file")
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
 	defer cancel()
@@ -152,25 +163,36 @@ func cmdDeadShow(ctx context.Context, e *env, args []string) error {
 		}
 		for _, r := range rows {
 			found[r.MsgID] = true
-			showFields(e, [][2]string{
+			if err := showFields(e, &bo, [][2]string{
 				{"msg_id", r.MsgID}, {"status", string(r.Status)}, {"topic", r.Topic}, {"tag", r.Tag},
 				{"keys", r.Keys}, {"sharding_key", r.ShardingKey}, {"attempts", fmt.Sprint(r.Attempts)},
 				{"created_at", stamp(r.CreatedAt)}, {"updated_at", stamp(r.UpdatedAt)}, {"next_attempt_at", stamp(r.NextAttemptAt)},
 				{"last_error", r.LastError}, {"properties", r.Properties},
-			}, r.Body)
+			}, r.Body); err != nil {
+				return err
+			}
 		}
 	} else {
 		rows, err := d.parked(ctx, k, d.ids, 0)
 		if err != nil {
 			return err
 		}
+		if bo.file != "" && len(rows) > 1 {
+			groups := make([]string, len(rows))
+			for i, r := range rows {
+				groups[i] = r.ConsumerGroup
+			}
+			return usageError("%s is parked by %d groups (%s): pass -group to pick the one whose body -out writes", d.ids[0], len(rows), strings.Join(groups, ", "))
+		}
 		for _, r := range rows {
 			found[r.MsgID] = true
-			showFields(e, [][2]string{
+			if err := showFields(e, &bo, [][2]string{
 				{"msg_id", r.MsgID}, {"group", r.ConsumerGroup}, {"broker_msg_id", r.BrokerMessageID}, {"topic", r.Topic},
 				{"tag", r.Tag}, {"keys", r.Keys}, {"attempt", fmt.Sprint(r.Attempt)}, {"parked_at", stamp(r.ParkedAt)},
 				{"error", r.Error}, {"properties", r.Properties},
-			}, r.Body)
+			}, r.Body); err != nil {
+				return err
+			}
 		}
 	}
 	return notFound(d.ids, found)
@@ -190,27 +212,91 @@ func notFound(ids []string, found map[string]bool) error {
 	return nil
 }
 
-func showFields(e *env, fields [][2]string, body []byte) {
+// maxPrintedBody bounds how much of a body dead show prints without
+// -full: a body may be megabytes.
+const maxPrintedBody = 4 << 10
+
+// bodyOut is where dead show puts bodies: cut on stdout, whole with
+// -full, or in a file with -out.
+type bodyOut struct {
+	full bool
+	file string
+}
+
+func showFields(e *env, bo *bodyOut, fields [][2]string, body []byte) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	for _, f := range fields {
 		fmt.Fprintf(tw, "%s\t%s\n", f[0], e.scrub(f[1]))
 	}
 	_ = tw.Flush()
-	writeBody(e.stdout, body)
+	if bo.file != "" {
+		if err := writeBodyFile(bo.file, body); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "body (%d bytes) written to %s\n\n", len(body), bo.file)
+		return nil
+	}
+	limit := maxPrintedBody
+	if bo.full {
+		limit = -1
+	}
+	writeBody(e.stdout, body, limit)
 	fmt.Fprintln(e.stdout)
+	return nil
+}
+
+// writeBodyFile writes body to a new file; it never overwrites one.
+func writeBodyFile(name string, body []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("-out %s: the file exists; remove it or name a new one", name)
+	}
+	if err != nil {
+		return fmt.Errorf("-out: %w", err)
+	}
+	if _, err := f.Write(body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("-out: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("-out: %w", err)
+	}
+	return nil
 }
 
 // writeBody prints body as text when it is printable UTF-8, else as
-// base64.
-func writeBody(w io.Writer, body []byte) {
+// base64: at most limit bytes of text or limit characters of base64
+// (all of it when limit < 0), then a line saying what was left out.
+func writeBody(w io.Writer, body []byte, limit int) {
 	printable := utf8.Valid(body) && !strings.ContainsFunc(string(body), func(r rune) bool {
 		return !unicode.IsPrint(r) && !unicode.IsSpace(r)
 	})
+	shown := body
 	if printable {
-		fmt.Fprintf(w, "body (%d bytes):\n%s\n", len(body), body)
-		return
+		if limit >= 0 && len(body) > limit {
+			n := limit
+			for n > 0 && !utf8.RuneStart(body[n]) {
+				n--
+			}
+			shown = body[:n]
+		}
+	} else if limit >= 0 && base64.StdEncoding.EncodedLen(len(body)) > limit {
+		shown = body[:limit/4*3]
 	}
-	fmt.Fprintf(w, "body (%d bytes, base64):\n%s\n", len(body), base64.StdEncoding.EncodeToString(body))
+	cut := len(shown) < len(body)
+	switch {
+	case printable && !cut:
+		fmt.Fprintf(w, "body (%d bytes):\n%s\n", len(body), body)
+	case printable:
+		fmt.Fprintf(w, "body (%d bytes, the first %d shown):\n%s\n", len(body), len(shown), shown)
+	case !cut:
+		fmt.Fprintf(w, "body (%d bytes, base64):\n%s\n", len(body), base64.StdEncoding.EncodeToString(body))
+	default:
+		fmt.Fprintf(w, "body (%d bytes, base64 of the first %d shown):\n%s\n", len(body), len(shown), base64.StdEncoding.EncodeToString(shown))
+	}
+	if cut {
+		fmt.Fprintf(w, "… %d more bytes left out: pass -full to print the whole body, or -out FILE to write it to a file\n", len(body)-len(shown))
+	}
 }
 
 func cmdDeadRequeue(ctx context.Context, e *env, args []string) error {

@@ -4,7 +4,7 @@
 //	txmsgctl migrate                     create the barrier, inbox, dead-letter and outbox tables
 //	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
 //	txmsgctl dead list    -kind outbox|consumer
-//	txmsgctl dead show    -kind outbox|consumer ID...
+//	txmsgctl dead show    -kind outbox|consumer [-full | -out FILE] ID...
 //	txmsgctl dead requeue -kind outbox|consumer ID...
 //	txmsgctl dead purge   -kind outbox|consumer (-older-than D | ID...)
 //	txmsgctl purge                       apply retention now
@@ -74,7 +74,9 @@ Usage:
       Outbox rows by status and the oldest pending row's age; barrier rows
       by state; inbox rows and parked messages by consumer group.
   txmsgctl dead list    -kind outbox|consumer [-group G] [-limit N]
-  txmsgctl dead show    -kind outbox|consumer [-group G] ID...
+  txmsgctl dead show    -kind outbox|consumer [-group G] [-full | -out FILE] ID...
+      Print rows with the first 4 KiB of each body; -full prints whole
+      bodies, -out writes one body as stored to a new file.
   txmsgctl dead requeue -kind outbox ID...
       Make dead outbox rows pending again; the relays publish them.
   txmsgctl dead requeue -kind consumer -namesrv HOST:PORT [-group G] ID...
@@ -89,6 +91,8 @@ Usage:
       Run the web dashboard: outbox, parked messages, transactions and,
       with -namesrv, the broker. Read-only unless -allow-actions; actions
       and any address but loopback need a token ($TXMSG_DASHBOARD_TOKEN).
+      Requests must name localhost, 127.0.0.1, [::1] or one of
+      -allowed-hosts in their Host header (with a token: once it is set).
 
 IDs are txmsg IDs (msg_id). Flags may come before or after the IDs.
 Run "txmsgctl COMMAND -h" for a command's flags.

@@ -19,6 +19,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	fs, c := newFlags(e, "serve", "serve [flags]")
 	addr := fs.String("addr", "127.0.0.1:8089", "listen address; anything but loopback needs a token")
 	allow := fs.Bool("allow-actions", false, "allow requeue, purge and replay (needs a token)")
+	hosts := fs.String("allowed-hosts", "", "host names the dashboard is opened by, besides localhost, 127.0.0.1 and [::1], comma separated (dash.example.com or dash.example.com:8089); requests naming any other host are refused (always without a token; with a token once this is set)")
 	token := fs.String("token", "", "token operators log in with (default $TXMSG_DASHBOARD_TOKEN; prefer it: flags show in ps)")
 	namesrv := fs.String("namesrv", "", "RocketMQ name servers, comma separated (default $TXMSG_NAMESRV): the broker page, lookups on the broker, and replay")
 	topics := fs.String("topics", "", "topics the broker page reports consumer lag for, comma separated, besides those in the inbox")
@@ -55,7 +56,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	cfg := dashboard.Config{
 		DB: k.db, Outbox: k.ob, Inbox: k.inbox, Checker: k.chk, Database: k.display,
 		AllowActions: *allow, Token: *token, SampleInterval: *interval, Logger: e.log,
-		Topics: splitList(*topics),
+		Topics: splitList(*topics), AllowedHosts: splitList(*hosts),
 	}
 	// Actions are logged at info level whatever -v says.
 	cfg.Logger = slog.New(slog.NewTextHandler(scrubWriter{e}, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -96,3 +96,59 @@ func TestServeRunsTheDashboard(t *testing.T) {
 	}
 	require.False(t, strings.Contains(out.String()+errOut.String(), token))
 }
+
+// TestServeChecksTheHost starts txmsgctl serve without a token and with
+// -allowed-hosts: a request from this machine that names another host
+// (as a page reaching it through DNS rebinding does) is refused; the
+// loopback address and the allowed name are answered.
+func TestServeChecksTheHost(t *testing.T) {
+	t.Parallel()
+	_, dsn := testbed.DBWithDSN(t)
+	require.Equal(t, exitOK, ctl(t, map[string]string{"TXMSG_DSN": dsn}, "migrate").code)
+	vars := map[string]string{"TXMSG_DSN": dsn}
+	r := ctl(t, vars, "serve", "-allowed-hosts", "http://dash.example.com/")
+	require.Equal(t, exitUsage, r.code, r)
+	require.Contains(t, r.stderr, "AllowedHosts")
+
+	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "-addr", "127.0.0.1:0", "-allowed-hosts", "dash.example.com"}, out, errOut, func(k string) string { return vars[k] })
+	}()
+	var base string
+	require.Eventually(t, func() bool {
+		m := servedAt.FindStringSubmatch(out.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, time.Minute, 50*time.Millisecond, "serve printed no URL: %s %s", out, errOut)
+	get := func(host string) (int, string) {
+		req, err := http.NewRequest("GET", base+"outbox", nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultTransport.RoundTrip(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	code, body := get("evil.example:8089")
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "-allowed-hosts")
+	code, _ = get("")
+	require.Equal(t, http.StatusOK, code, "the address serve printed")
+	code, _ = get("dash.example.com:8089")
+	require.Equal(t, http.StatusOK, code)
+
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, "%s %s", out, errOut)
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not stop")
+	}
+}

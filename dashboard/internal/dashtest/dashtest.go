@@ -43,6 +43,8 @@ type Options struct {
 	AllowActions bool
 	// Health are extra components for the overview.
 	Health []dashboard.HealthCheck
+	// AllowedHosts is the dashboard's.
+	AllowedHosts []string
 	// SampleInterval is the dashboard's; default 1 s.
 	SampleInterval time.Duration
 }
@@ -122,7 +124,7 @@ func New(t testing.TB, o Options) *Bed {
 	b.Group = testbed.Name(t, "dcg")
 	cfg := dashboard.Config{
 		DB: db, Outbox: b.Outbox, Inbox: b.Inbox, Checker: b.Checker,
-		Token: o.Token, AllowActions: o.AllowActions, Health: o.Health,
+		Token: o.Token, AllowActions: o.AllowActions, Health: o.Health, AllowedHosts: o.AllowedHosts,
 		SampleInterval: o.SampleInterval, Logger: log,
 	}
 	if cfg.SampleInterval == 0 {
