@@ -74,7 +74,9 @@ type Config struct {
 	// Logger is every part's logger, unless that part's own config sets
 	// one. Nil means slog.Default().
 	Logger *slog.Logger
-	// Hooks observe every part's events (see [txmsg.Hook]). Optional.
+	// Hooks observe every part's events (see [txmsg.Hook]): the
+	// transactional producer's, the sweeper's and its publisher's, or the
+	// outbox's, the relays' and their publisher's. Optional.
 	Hooks txmsg.Hooks
 }
 

@@ -99,7 +99,8 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 	// before NewTransactional asks the database anything.
 	var background []component
 	if cfg.Parts&PartBackground != 0 {
-		rc := cfg.rocketMQ(sweeperGroup, nil)
+		// The sweeper calls OnHeld, its publisher OnCheckBack.
+		rc := cfg.rocketMQ(sweeperGroup, cfg.Hooks)
 		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: rc, Topics: cfg.Topics})
 		if err != nil {
 			return nil, fmt.Errorf("stack: sweeper: %w", err)
@@ -166,7 +167,7 @@ func Outbox(cfg OutboxConfig) (*Stack, error) {
 	}
 	s.barrier = cfg.Checker
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config:   cfg.rocketMQ(cfg.RocketMQ.Group, nil),
+		Config:   cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks), // its check-back answers
 		Topics:   cfg.Topics,
 		MaxBatch: cfg.MaxBatch,
 		Checker:  cfg.Checker,

@@ -39,12 +39,15 @@ type SweeperConfig struct {
 	// HoldFor is how long the sweeper keeps retrying one half message
 	// in-process (backing off from 500 ms to 10 s) while the barrier or
 	// the broker fails, before handing it back to the broker for a later
-	// delivery. While the barrier's database does not answer at all, the
-	// sweeper holds the half message past HoldFor until it does: each
-	// hand-back counts toward the sweeper group's redeliveries (16, then
-	// %DLQ%<Group>), and an outage must not use them up (the client itself
-	// hands back a message held for its consume timeout, 15 min: one
-	// redelivery each time). Default [DefaultHoldFor] (1 minute).
+	// delivery. While the barrier's database does not answer at all, or
+	// while the republish fails because the broker or the route to the
+	// topic is unavailable ([txmsg.IsUnavailable]), the sweeper holds the
+	// half message past HoldFor until the database answers or the broker
+	// takes the event: each hand-back counts toward the sweeper group's
+	// redeliveries (16, then %DLQ%<Group>, which nothing reads), and an
+	// outage must not use them up (the client itself hands back a message
+	// held for its consume timeout, 15 min: one redelivery each time).
+	// Default [DefaultHoldFor] (1 minute).
 	HoldFor time.Duration
 	// RetryDelayLevel is the broker delay level of a handed-back message;
 	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
@@ -70,9 +73,11 @@ type SweeperConfig struct {
 // topic as a normal message with the same txmsg ID. Rolled-back ones are
 // dropped. Consumers dedupe by txmsg ID, so a rare second copy is harmless.
 //
-// While the database is still unreachable the sweeper asks the broker to
-// deliver the half message again later; nothing is acknowledged without an
-// answer from the barrier.
+// While the database is unreachable, or the broker does not take the
+// republished event, the sweeper holds the half message and retries (see
+// [SweeperConfig.HoldFor]); nothing is acknowledged without an answer from
+// the barrier and, for a committed transaction, the broker's acceptance of
+// the event.
 //
 // The sweeper needs RocketMQ 4.5.2 or later: older brokers drop a discarded
 // half message instead of moving it to CheckMaxTimeTopic.
@@ -311,38 +316,58 @@ func (s *Sweeper) consume(ctx context.Context, msgs ...*primitive.MessageExt) (r
 type verdict int
 
 const (
-	swept    verdict = iota // done: it may be acknowledged
-	retry                   // the database or the broker failed: try again
-	handBack                // keep it on the broker; retrying now is no use
+	swept      verdict = iota // done: it may be acknowledged
+	retry                     // the database or the republish failed: try again
+	brokerAway                // the republish failed because the broker or the route to it is unavailable: try again
+	handBack                  // keep it on the broker; retrying now is no use
 )
 
 // sweepWithRetry retries one half message in-process for up to HoldFor:
 // a broker redelivery would wait for the retry topic's delay instead.
 // Past HoldFor it hands the message back unless the barrier's database
-// does not answer: then it goes on holding until the database answers
-// (see SweeperConfig.HoldFor).
+// does not answer, or the republish failed because the broker or the route
+// to it is unavailable ([txmsg.IsUnavailable]): then it goes on holding
+// until the database answers or the broker takes the event (see
+// SweeperConfig.HoldFor). While it holds for the broker it retries at
+// least every 10 s, and at once when the publisher, a
+// [txmsg.BrokerReturnNotifier], tells that a broker came back.
 func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt) bool {
 	deadline := time.Now().Add(s.cfg.HoldFor)
 	wait := 500 * time.Millisecond
-	outage := false
+	dbOutage, brokerOutage := false, false
+	var returned <-chan struct{} // a broker's return, once holding for the broker
 	for {
-		switch s.sweep(ctx, ext) {
+		v := s.sweep(ctx, ext)
+		switch v {
 		case swept:
 			return true
 		case handBack:
 			return false
 		}
 		if time.Now().Add(wait).After(deadline) {
-			perr := checkerDown(ctx, s.chk)
-			if perr == nil {
-				s.log.Info("handing the discarded half message back to the broker for a later delivery",
-					"txmsg_id", ext.GetProperty(txmsg.PropertyID), "held_for", s.cfg.HoldFor, "redeliveries_so_far", ext.ReconsumeTimes)
-				return false
-			}
-			if !outage {
-				outage = true
-				s.log.Warn("the barrier's database does not answer; holding the discarded half message past HoldFor until it does",
-					"txmsg_id", ext.GetProperty(txmsg.PropertyID), "probe_err", perr)
+			if v == brokerAway {
+				if !brokerOutage {
+					brokerOutage = true
+					s.log.Warn("the broker does not take the republished event; holding the discarded half message past HoldFor until it does",
+						"txmsg_id", ext.GetProperty(txmsg.PropertyID), "topic", ext.GetProperty(txmsg.PropertyTopic))
+					if n, ok := s.pub.(txmsg.BrokerReturnNotifier); ok {
+						ch, stop := n.NotifyBrokerReturn()
+						defer stop()
+						returned = ch
+					}
+				}
+			} else {
+				perr := checkerDown(ctx, s.chk)
+				if perr == nil {
+					s.log.Info("handing the discarded half message back to the broker for a later delivery",
+						"txmsg_id", ext.GetProperty(txmsg.PropertyID), "held_for", s.cfg.HoldFor, "redeliveries_so_far", ext.ReconsumeTimes)
+					return false
+				}
+				if !dbOutage {
+					dbOutage = true
+					s.log.Warn("the barrier's database does not answer; holding the discarded half message past HoldFor until it does",
+						"txmsg_id", ext.GetProperty(txmsg.PropertyID), "probe_err", perr)
+				}
 			}
 		}
 		select {
@@ -350,6 +375,7 @@ func (s *Sweeper) sweepWithRetry(ctx context.Context, ext *primitive.MessageExt)
 			return false
 		case <-ctx.Done():
 			return false
+		case <-returned:
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
@@ -388,6 +414,9 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 	m.ID, m.Topic = id, realTopic
 	if err := s.pub.Publish(ctx, m); err != nil {
 		log.Warn("discarded half message was committed; republishing failed, will retry", "err", err)
+		if txmsg.IsUnavailable(err) {
+			return brokerAway
+		}
 		return retry
 	}
 	log.Info("discarded half message was committed; republished it")

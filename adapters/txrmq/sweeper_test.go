@@ -324,3 +324,66 @@ func TestBrokerRestartSweeperPullsAgainAtOnce(t *testing.T) {
 		"the sweeper republished only once every pull lost with the broker had returned")
 	require.Positive(t, sw.expired.Load())
 }
+
+// The broker discards the half message of a committed transaction, and the
+// sweeper's republish fails because the route to the event's topic is
+// unavailable: its publisher reaches no name server (a proxy the test
+// cuts), so it learns no route to the topic. The sweeper holds the half
+// message past HoldFor instead of handing it back to the broker (each
+// hand-back counts toward the sweeper group's redeliveries, 16, then
+// %DLQ%<group>, which nothing reads), and republishes it once the route
+// is back.
+func TestSweeperHoldsWhileTheBrokerIsAway(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	// Check-backs cannot reach the database, so the broker discards the
+	// half message; the sweeper reads the barrier directly.
+	proxy, cutChk := e.cuttableChecker(t)
+	e.start(t, e.db, cutChk, nil)
+	proxy.Cut()
+
+	ns := testbed.NewProxy(t, testbed.NameServer())
+	ns.Cut()
+	pub, err := NewPublisher(PublisherConfig{Config: Config{NameServers: []string{ns.Addr()}, Group: testbed.Name(t, "pub")}})
+	require.NoError(t, err)
+	require.NoError(t, pub.Start(context.Background()))
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+
+	logger, logs := newLogRecorder()
+	sw, err := NewSweeper(SweeperConfig{
+		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Logger: logger},
+		ProducerGroups:  []string{e.group},
+		HoldFor:         2 * time.Second,
+		RetryDelayLevel: 1,
+	}, e.chk, pub)
+	require.NoError(t, err)
+	require.NoError(t, sw.Start(context.Background()))
+	t.Cleanup(func() { _ = sw.Close(context.Background()) })
+
+	committed := txmsg.NewID()
+	runChild(t, e, "after-local-commit", committed)
+	require.Equal(t, checker.StateCommitted, e.barrier(t, committed))
+
+	require.Eventually(t, func() bool { return logs.countLines("republishing failed", committed) > 0 }, 2*time.Minute, 100*time.Millisecond,
+		"the sweeper did not try to republish the discarded half message; logs:\n%s", logs)
+	const handedBack = "handing the discarded half message back"
+	const holding = "the broker does not take the republished event"
+	require.Eventually(t, func() bool {
+		return logs.countLines(holding, committed) > 0 || logs.countLines(handedBack, committed) > 0
+	}, time.Minute, 100*time.Millisecond, "neither held nor handed back past HoldFor; logs:\n%s", logs)
+	require.Zero(t, logs.countLines(handedBack, committed), "handed back while the route was unavailable; logs:\n%s", logs)
+	// It goes on trying while it holds.
+	failed := logs.countLines("republishing failed", committed)
+	require.Eventually(t, func() bool { return logs.countLines("republishing failed", committed) >= failed+2 }, time.Minute, 100*time.Millisecond,
+		"the sweeper stopped retrying; logs:\n%s", logs)
+	require.Zero(t, logs.countLines(handedBack, committed), "handed back while the route was unavailable; logs:\n%s", logs)
+	require.Zero(t, obs.Count(committed))
+
+	ns.Restore()
+	require.Eventually(t, func() bool { return obs.Count(committed) > 0 }, time.Minute, 50*time.Millisecond,
+		"the committed event was not republished once the route was back; logs:\n%s", logs)
+	obs.DeliveredOnce(t, committed)
+	require.Equal(t, 1, logs.countLines("republished it", committed))
+	require.Zero(t, logs.countLines(handedBack, committed))
+}
