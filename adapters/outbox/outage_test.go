@@ -77,9 +77,10 @@ func publisherAt(t *testing.T, addr string) *txrmq.Publisher {
 // TestBrokerLongOutageNoDeadRows: relays with MaxAttempts 3 and tiny
 // backoffs fail for seconds against a name server nobody answers (many
 // times more failed cycles than MaxAttempts). No row goes dead: they wait,
-// show in Stats.Waiting and Health, and go out, in key order, once the
-// relays reach the real broker, either by being pointed at it or because
-// the route comes back.
+// show in Stats.Waiting and in the Health of every relay (each leases
+// buckets with waiting rows: there is a key per bucket), and go out, in
+// key order, once the relays reach the real broker, either by being
+// pointed at it or because the route comes back.
 func TestBrokerLongOutageNoDeadRows(t *testing.T) {
 	t.Parallel()
 	for _, ordered := range []bool{false, true} {
@@ -94,11 +95,21 @@ func TestBrokerLongOutageNoDeadRows(t *testing.T) {
 					PollInterval: 20 * time.Millisecond, LeaseTTL: time.Second,
 				}
 			}
-			const keys, perKeyN = 4, 15
+			// One key per bucket: whichever buckets a relay leases, it
+			// tries rows that wait, and so knows of the outage.
+			var keyNames []string
+			for i, have := 0, map[int]bool{}; len(keyNames) < DefaultBuckets; i++ {
+				key := fmt.Sprintf("key-%d", i)
+				if b := bucketOf(key, DefaultBuckets); !have[b] {
+					have[b] = true
+					keyNames = append(keyNames, key)
+				}
+			}
+			keys := len(keyNames)
+			const perKeyN = 4
 			var ids []string
 			for i := range perKeyN {
-				for k := range keys {
-					key := fmt.Sprintf("key-%d", k)
+				for _, key := range keyNames {
 					m := &txmsg.Message{Topic: e.topic, ShardingKey: key, Body: fmt.Appendf(nil, "%s:%d", key, i)}
 					r, err := e.ob.Transact(context.Background(), m, createOrder(string(m.Body)))
 					require.NoError(t, err)
@@ -135,8 +146,11 @@ func TestBrokerLongOutageNoDeadRows(t *testing.T) {
 			for _, row := range e.rows("") {
 				require.Zero(t, row.Attempts)
 			}
+			// A relay records the outage in Health after its cycle returns,
+			// a moment after the rows it tried wait.
 			for _, r := range relays {
-				require.ErrorIs(t, r.Health(context.Background()), txmsg.ErrUnavailable)
+				require.Eventually(t, func() bool { return errors.Is(r.Health(context.Background()), txmsg.ErrUnavailable) }, 30*time.Second, tick,
+					"relay %s reports the broker unavailable in Health", r.Name())
 			}
 			require.Zero(t, obs.Total())
 
