@@ -92,8 +92,9 @@ type Config struct {
 	// Table is the barrier table. Default [DefaultTable].
 	Table string
 	// ResolveTimeout bounds one check-back answer. The client answers
-	// check-backs one at a time, so a slow answer delays all others.
-	// Default [DefaultResolveTimeout] (3 s).
+	// check-backs one at a time, so a slow answer delays all others. It
+	// also bounds Begin's read of a barrier row that already exists (a
+	// duplicate ID). Default [DefaultResolveTimeout] (3 s).
 	ResolveTimeout time.Duration
 	// CheckWindow is the broker's whole check window
 	// (transactionTimeOut + transactionCheckMax × transactionCheckInterval).
@@ -231,7 +232,11 @@ func databaseOf(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 // Call it first in the transaction, before any business write, so a
 // concurrent check-back waits for the outcome. When a check-back already
 // answered ROLLBACK for txID it returns [txmsg.ErrRolledBackByCheck]; when
-// txID was committed before it returns [txmsg.ErrDuplicateID]. Either way
+// txID was committed before it returns [txmsg.ErrDuplicateID]. It tells the
+// two apart by reading the existing row in tx, bounded by
+// Config.ResolveTimeout; when that read fails it returns
+// [txmsg.ErrOutcomeUnknown]: the ID may have committed, so retrying with a
+// new message may apply the business operation twice. Whatever the error,
 // the caller must roll tx back.
 func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	row := Barrier{TxID: txID, State: StateCommitted, CreatedAt: time.Now().UTC()}
@@ -248,12 +253,21 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	if !store.IsDuplicate(tx, err) {
 		return fmt.Errorf("checker: insert barrier %s: %w", txID, err)
 	}
-	// The row is someone else's committed row; read it outside tx, whose
-	// statement failed.
-	state, serr := c.state(ctx, txID)
+	// The row is another transaction's, committed: the insert waits for a
+	// transaction that holds the key uncommitted and goes through when that
+	// one rolls back. InnoDB rolled back the failed statement only, so tx is
+	// still open, and the insert left a shared lock on the row: the read
+	// runs in tx, on its own connection, so it needs no second connection
+	// from the pool (none may be free) and waits on no lock. A failed read
+	// leaves the ID's outcome unknown, never "rolled back": the ID may have
+	// committed.
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ResolveTimeout)
+	defer cancel()
+	state, serr := c.stateOn(rctx, tx, txID)
 	switch {
 	case serr != nil:
-		return fmt.Errorf("%w (barrier %s exists; reading its state failed: %v)", txmsg.ErrRolledBackByCheck, txID, serr)
+		return fmt.Errorf("%w: barrier row %s exists (the ID committed before, or a check-back rolled it back) and reading it failed: %w",
+			txmsg.ErrOutcomeUnknown, txID, serr)
 	case state == StateCommitted:
 		return fmt.Errorf("%w: %s", txmsg.ErrDuplicateID, txID)
 	default:
@@ -369,9 +383,14 @@ func (c *Checker) Lookup(ctx context.Context, txID string) (string, error) {
 // committed rows, whatever the session's isolation level, and waits for a
 // transaction that holds the key uncommitted.
 func (c *Checker) state(ctx context.Context, txID string) (string, error) {
+	return c.stateOn(ctx, c.db, txID)
+}
+
+// stateOn is state through db, which may be a transaction.
+func (c *Checker) stateOn(ctx context.Context, db *gorm.DB, txID string) (string, error) {
 	var states []string
 	var err error
-	if lit, ok := store.LiteralsFor(c.db); ok {
+	if lit, ok := store.LiteralsFor(db); ok {
 		// One round trip instead of a prepare, an execute and a close.
 		q := make([]byte, 0, 96+2*len(txID))
 		q = append(q, "SELECT state FROM `"...)
@@ -379,9 +398,9 @@ func (c *Checker) state(ctx context.Context, txID string) (string, error) {
 		q = append(q, "` WHERE tx_id = "...)
 		q = lit.String(q, txID)
 		q = append(q, " LOCK IN SHARE MODE"...)
-		err = c.db.WithContext(ctx).Raw(string(q)).Scan(&states).Error
+		err = db.WithContext(ctx).Raw(string(q)).Scan(&states).Error
 	} else {
-		err = c.db.WithContext(ctx).
+		err = db.WithContext(ctx).
 			Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ? LOCK IN SHARE MODE", txID).
 			Scan(&states).Error
 	}
