@@ -67,3 +67,17 @@ func TestBeginDuplicateUnreadableIsOutcomeUnknown(t *testing.T) {
 	require.ErrorIs(t, err, txmsg.ErrOutcomeUnknown)
 	require.ErrorContains(t, err, id)
 }
+
+// A handle whose DSN lacks parseTime=true is refused at construction,
+// whether gorm knows the DSN or was given a *sql.DB; one with it is taken.
+func TestNewRefusesDSNWithoutParseTime(t *testing.T) {
+	t.Parallel()
+	_, dsn := testbed.DBWithDSN(t)
+	for name, db := range testbed.WithoutParseTime(t, dsn) {
+		_, err := checker.New(db, checker.Config{})
+		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, name)
+		require.ErrorContains(t, err, "parseTime=true", name)
+	}
+	_, err := checker.New(testbed.OverConn(t, dsn), checker.Config{})
+	require.NoError(t, err)
+}

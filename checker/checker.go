@@ -112,10 +112,16 @@ type Checker struct {
 }
 
 // New returns a Checker over db. db must reach the same database as the
-// local transactions, ideally through the same pool.
+// local transactions, ideally through the same pool, and its MySQL DSN
+// must carry parseTime=true: without it New returns an error wrapping
+// [txmsg.ErrInvalidConfig] that says so. A db over a *sql.DB of the
+// caller's (gorm's mysql.New with Conn) is checked with one query.
 func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: checker: db is nil", txmsg.ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: checker: %w", txmsg.ErrInvalidConfig, err)
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable

@@ -125,10 +125,16 @@ func (o Outcome) String() string {
 	}
 }
 
-// NewInbox returns an Inbox storing its rows through db.
+// NewInbox returns an Inbox storing its rows through db. db's MySQL DSN
+// must carry parseTime=true: without it NewInbox returns an error wrapping
+// [ErrInvalidConfig] that says so. A db over a *sql.DB of the caller's
+// (gorm's mysql.New with Conn) is checked with one query.
 func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: inbox: db is nil", ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: inbox: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultInboxTable

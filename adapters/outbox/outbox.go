@@ -26,10 +26,16 @@ type Outbox struct {
 var _ txmsg.Transactor = (*Outbox)(nil)
 
 // New returns an Outbox writing to cfg.Table through db. Call
-// [Outbox.Migrate] (or apply outbox.sql) before the first Transact.
+// [Outbox.Migrate] (or apply outbox.sql) before the first Transact. db's
+// MySQL DSN must carry parseTime=true: without it New returns an error
+// wrapping [txmsg.ErrInvalidConfig] that says so. A db over a *sql.DB of
+// the caller's (gorm's mysql.New with Conn) is checked with one query.
 func New(db *gorm.DB, cfg Config) (*Outbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: outbox: db is nil", txmsg.ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: outbox: %w", txmsg.ErrInvalidConfig, err)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
