@@ -81,3 +81,36 @@ func TestNewRefusesDSNWithoutParseTime(t *testing.T) {
 	_, err := checker.New(testbed.OverConn(t, dsn), checker.Config{})
 	require.NoError(t, err)
 }
+
+// Begin's duplicate insert is an answer, not an error for the caller's gorm
+// logger; the caller's own failing statement in the same transaction, and a
+// real failure of Begin, still are logged.
+func TestBeginDuplicateNotLoggedAsError(t *testing.T) {
+	t.Parallel()
+	base := testbed.DB(t)
+	db, rec := testbed.WithGormErrors(base)
+	chk, err := checker.New(db, checker.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, chk.Migrate(ctx))
+	id := txmsg.NewID()
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.Begin(ctx, tx, id) }))
+	err = db.Transaction(func(tx *gorm.DB) error { return chk.Begin(ctx, tx, id) })
+	require.ErrorIs(t, err, txmsg.ErrDuplicateID)
+	_, err = chk.Resolve(ctx, txmsg.NewID())
+	require.NoError(t, err)
+	require.Empty(t, rec.All())
+
+	// The caller's statement through the same transaction: logged.
+	err = db.Transaction(func(tx *gorm.DB) error {
+		return tx.Exec("INSERT INTO `"+chk.Table()+"` (tx_id, state, created_at) VALUES (?, 'committed', NOW())", id).Error
+	})
+	require.Error(t, err)
+	require.Len(t, rec.Containing("Duplicate entry"), 1, rec.All())
+
+	broken, err := checker.New(db, checker.Config{Table: "no_such_barrier"})
+	require.NoError(t, err)
+	err = db.Transaction(func(tx *gorm.DB) error { return broken.Begin(ctx, tx, txmsg.NewID()) })
+	require.Error(t, err)
+	require.Len(t, rec.Containing("no_such_barrier"), 1, rec.All())
+}

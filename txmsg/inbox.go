@@ -90,7 +90,8 @@ type InboxConfig struct {
 // Inbox gives handlers exactly-once effects: each (consumer group, message
 // ID) pair runs its handler's transaction to commit at most once.
 type Inbox struct {
-	db     *gorm.DB
+	db     *gorm.DB // the inbox's own statements (store.Quiet)
+	user   *gorm.DB // as given: the handlers' transactions
 	table  string
 	dead   string
 	logger *slog.Logger
@@ -154,7 +155,7 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
+	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
@@ -201,9 +202,11 @@ func (in *Inbox) Run(ctx context.Context, group, topic, key string, fn func(ctx 
 	if group == "" || key == "" {
 		return 0, fmt.Errorf("%w: inbox: consumer group and message key are required", ErrInvalidMessage)
 	}
-	err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := in.user.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		row := InboxRow{ConsumerGroup: group, MsgID: key, Topic: topic, HandledAt: time.Now().UTC()}
-		if err := tx.Table(in.table).Create(&row).Error; err != nil {
+		// A duplicate key is a redelivered copy: an outcome, not an error
+		// for the caller's logger. fn gets tx as the caller made it.
+		if err := store.QuietDuplicate(tx).Table(in.table).Create(&row).Error; err != nil {
 			if store.IsDuplicate(tx, err) {
 				return errAlreadyHandled
 			}

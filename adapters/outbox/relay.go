@@ -113,7 +113,7 @@ func NewRelay(db *gorm.DB, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, 
 		return nil, err
 	}
 	return &Relay{
-		db:  db,
+		db:  store.Quiet(db), // every statement of the relay is its own
 		pub: publisher,
 		cfg: cfg,
 		log: cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", cfg.Table),
