@@ -92,8 +92,9 @@ type Config struct {
 	// Table is the barrier table. Default [DefaultTable].
 	Table string
 	// ResolveTimeout bounds one check-back answer. The client answers
-	// check-backs one at a time, so a slow answer delays all others.
-	// Default [DefaultResolveTimeout] (3 s).
+	// check-backs one at a time, so a slow answer delays all others. It
+	// also bounds Begin's read of a barrier row that already exists (a
+	// duplicate ID). Default [DefaultResolveTimeout] (3 s).
 	ResolveTimeout time.Duration
 	// CheckWindow is the broker's whole check window
 	// (transactionTimeOut + transactionCheckMax × transactionCheckInterval).
@@ -106,15 +107,22 @@ type Config struct {
 // Checker reads and writes the barrier table.
 type Checker struct {
 	db     *gorm.DB
+	q      *gorm.DB // db for the checker's own statements (store.Quiet)
 	cfg    Config
 	logger *slog.Logger
 }
 
 // New returns a Checker over db. db must reach the same database as the
-// local transactions, ideally through the same pool.
+// local transactions, ideally through the same pool, and its MySQL DSN
+// must carry parseTime=true: without it New returns an error wrapping
+// [txmsg.ErrInvalidConfig] that says so. A db over a *sql.DB of the
+// caller's (gorm's mysql.New with Conn) is checked with one query.
 func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: checker: db is nil", txmsg.ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: checker: %w", txmsg.ErrInvalidConfig, err)
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
@@ -134,7 +142,7 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Checker{db: db, cfg: cfg, logger: cfg.Logger.With("component", "txmsg.checker", "table", cfg.Table)}, nil
+	return &Checker{db: db, q: store.Quiet(db), cfg: cfg, logger: cfg.Logger.With("component", "txmsg.checker", "table", cfg.Table)}, nil
 }
 
 const horizonSuffix = "_horizon"
@@ -159,14 +167,14 @@ func (c *Checker) HorizonTable() string { return c.cfg.Table + horizonSuffix }
 // first (one ALTER TABLE, which rebuilds the table); see
 // docs/reliability.md.
 func (c *Checker) Migrate(ctx context.Context) error {
-	converted, err := store.Migrate(ctx, c.db, c.cfg.Table, &Barrier{})
+	converted, err := store.Migrate(ctx, c.q, c.cfg.Table, &Barrier{})
 	if len(converted) > 0 {
 		c.logger.Warn("converted identifier columns to binary: IDs now compare byte for byte", "columns", converted)
 	}
 	if err != nil {
 		return fmt.Errorf("checker: migrate %s: %w", c.cfg.Table, err)
 	}
-	if _, err := store.Migrate(ctx, c.db, c.HorizonTable(), &horizonRow{}); err != nil {
+	if _, err := store.Migrate(ctx, c.q, c.HorizonTable(), &horizonRow{}); err != nil {
 		return fmt.Errorf("checker: migrate %s: %w", c.HorizonTable(), err)
 	}
 	return nil
@@ -180,7 +188,7 @@ var ErrOtherDatabase = errors.New("checker: the local transactions and the check
 // transaction on db and read by the checker; on two databases every
 // check-back would find no row and answer ROLLBACK for committed work.
 func (c *Checker) CheckSameDatabase(ctx context.Context, db *gorm.DB) error {
-	mine, err := databaseOf(ctx, c.db)
+	mine, err := databaseOf(ctx, c.q)
 	if err != nil {
 		return fmt.Errorf("checker: identify the checker's database: %w", err)
 	}
@@ -231,16 +239,22 @@ func databaseOf(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 // Call it first in the transaction, before any business write, so a
 // concurrent check-back waits for the outcome. When a check-back already
 // answered ROLLBACK for txID it returns [txmsg.ErrRolledBackByCheck]; when
-// txID was committed before it returns [txmsg.ErrDuplicateID]. Either way
+// txID was committed before it returns [txmsg.ErrDuplicateID]. It tells the
+// two apart by reading the existing row in tx, bounded by
+// Config.ResolveTimeout; when that read fails it returns
+// [txmsg.ErrOutcomeUnknown]: the ID may have committed, so retrying with a
+// new message may apply the business operation twice. Whatever the error,
 // the caller must roll tx back.
 func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	row := Barrier{TxID: txID, State: StateCommitted, CreatedAt: time.Now().UTC()}
 	var err error
+	// A duplicate key is an answer here, not a failure to log as one.
+	ins := store.QuietDuplicate(tx).WithContext(ctx)
 	if lit, ok := store.LiteralsFor(tx); ok {
 		// One round trip instead of a prepare, an execute and a close.
-		err = tx.WithContext(ctx).Exec(c.literalInsert(lit, row, "")).Error
+		err = ins.Exec(c.literalInsert(lit, row, "")).Error
 	} else {
-		err = tx.WithContext(ctx).Table(c.cfg.Table).Create(&row).Error
+		err = ins.Table(c.cfg.Table).Create(&row).Error
 	}
 	if err == nil {
 		return nil
@@ -248,12 +262,21 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	if !store.IsDuplicate(tx, err) {
 		return fmt.Errorf("checker: insert barrier %s: %w", txID, err)
 	}
-	// The row is someone else's committed row; read it outside tx, whose
-	// statement failed.
-	state, serr := c.state(ctx, txID)
+	// The row is another transaction's, committed: the insert waits for a
+	// transaction that holds the key uncommitted and goes through when that
+	// one rolls back. InnoDB rolled back the failed statement only, so tx is
+	// still open, and the insert left a shared lock on the row: the read
+	// runs in tx, on its own connection, so it needs no second connection
+	// from the pool (none may be free) and waits on no lock. A failed read
+	// leaves the ID's outcome unknown, never "rolled back": the ID may have
+	// committed.
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ResolveTimeout)
+	defer cancel()
+	state, serr := c.stateOn(rctx, store.Quiet(tx), txID)
 	switch {
 	case serr != nil:
-		return fmt.Errorf("%w (barrier %s exists; reading its state failed: %v)", txmsg.ErrRolledBackByCheck, txID, serr)
+		return fmt.Errorf("%w: barrier row %s exists (the ID committed before, or a check-back rolled it back) and reading it failed: %w",
+			txmsg.ErrOutcomeUnknown, txID, serr)
 	case state == StateCommitted:
 		return fmt.Errorf("%w: %s", txmsg.ErrDuplicateID, txID)
 	default:
@@ -321,12 +344,12 @@ func (c *Checker) ResolveSince(ctx context.Context, txID string, began time.Time
 	}
 	row := Barrier{TxID: txID, State: StateRolledBack, CreatedAt: time.Now().UTC()}
 	var res *gorm.DB
-	if lit, ok := store.LiteralsFor(c.db); ok {
+	if lit, ok := store.LiteralsFor(c.q); ok {
 		// One round trip instead of a prepare, an execute and a close.
 		q := c.literalInsert(lit, row, " ON DUPLICATE KEY UPDATE `tx_id` = `tx_id`")
-		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Exec(q)
+		res = c.q.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Exec(q)
 	} else {
-		res = c.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
+		res = c.q.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).
 			Table(c.cfg.Table).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
 	}
 	if res.Error != nil {
@@ -369,9 +392,14 @@ func (c *Checker) Lookup(ctx context.Context, txID string) (string, error) {
 // committed rows, whatever the session's isolation level, and waits for a
 // transaction that holds the key uncommitted.
 func (c *Checker) state(ctx context.Context, txID string) (string, error) {
+	return c.stateOn(ctx, c.q, txID)
+}
+
+// stateOn is state through db, which may be a transaction.
+func (c *Checker) stateOn(ctx context.Context, db *gorm.DB, txID string) (string, error) {
 	var states []string
 	var err error
-	if lit, ok := store.LiteralsFor(c.db); ok {
+	if lit, ok := store.LiteralsFor(db); ok {
 		// One round trip instead of a prepare, an execute and a close.
 		q := make([]byte, 0, 96+2*len(txID))
 		q = append(q, "SELECT state FROM `"...)
@@ -379,9 +407,9 @@ func (c *Checker) state(ctx context.Context, txID string) (string, error) {
 		q = append(q, "` WHERE tx_id = "...)
 		q = lit.String(q, txID)
 		q = append(q, " LOCK IN SHARE MODE"...)
-		err = c.db.WithContext(ctx).Raw(string(q)).Scan(&states).Error
+		err = db.WithContext(ctx).Raw(string(q)).Scan(&states).Error
 	} else {
-		err = c.db.WithContext(ctx).
+		err = db.WithContext(ctx).
 			Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ? LOCK IN SHARE MODE", txID).
 			Scan(&states).Error
 	}
@@ -398,7 +426,7 @@ func (c *Checker) state(ctx context.Context, txID string) (string, error) {
 // have been deleted. The zero time means nothing was ever purged.
 func (c *Checker) Horizon(ctx context.Context) (time.Time, error) {
 	var rows []horizonRow
-	err := c.db.WithContext(ctx).Table(c.HorizonTable()).Where("id = 1").Find(&rows).Error
+	err := c.q.WithContext(ctx).Table(c.HorizonTable()).Where("id = 1").Find(&rows).Error
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me) && me.Number == 1146:
@@ -456,12 +484,12 @@ func (c *Checker) Purge(ctx context.Context, olderThan time.Duration, batch int)
 	// The horizon is recorded, and committed, before any row is deleted: a
 	// Resolve that finds a row missing then always sees a horizon at least
 	// as late as the deletion.
-	err := c.db.WithContext(ctx).Exec("INSERT INTO `"+c.HorizonTable()+"` (id, purged_before) VALUES (1, ?) "+
+	err := c.q.WithContext(ctx).Exec("INSERT INTO `"+c.HorizonTable()+"` (id, purged_before) VALUES (1, ?) "+
 		"ON DUPLICATE KEY UPDATE purged_before = GREATEST(purged_before, VALUES(purged_before))", cutoff).Error
 	if err != nil {
 		return 0, fmt.Errorf("checker: record the purge horizon in %s (run Migrate): %w", c.HorizonTable(), err)
 	}
-	n, err := store.PurgeBefore(ctx, c.db, c.cfg.Table, "tx_id", "created_at", cutoff, batch)
+	n, err := store.PurgeBefore(ctx, c.q, c.cfg.Table, "tx_id", "created_at", cutoff, batch)
 	if n > 0 {
 		c.logger.Debug("purged barrier rows", "rows", n, "older_than", olderThan)
 	}
@@ -477,7 +505,7 @@ func (c *Checker) Counts(ctx context.Context) (map[string]int64, error) {
 		State string
 		N     int64
 	}
-	err := c.db.WithContext(ctx).Table(c.cfg.Table).Select("state, COUNT(*) AS n").Group("state").Scan(&rows).Error
+	err := c.q.WithContext(ctx).Table(c.cfg.Table).Select("state, COUNT(*) AS n").Group("state").Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("checker: count %s: %w", c.cfg.Table, err)
 	}

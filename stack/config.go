@@ -55,8 +55,8 @@ func (p Part) String() string {
 // Config is what both modes need.
 type Config struct {
 	// DB is the service's database: the stack's tables live in it and the
-	// local transactions run on it. The MySQL DSN needs parseTime=true.
-	// Required.
+	// local transactions run on it. The MySQL DSN needs parseTime=true;
+	// the constructors refuse a handle without it. Required.
 	DB *gorm.DB
 	// RocketMQ reaches the cluster. Its Group is the service's producer
 	// group; see the package documentation for the groups derived from it.

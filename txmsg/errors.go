@@ -28,11 +28,14 @@ var (
 	// ErrDuplicateID means a message with the same txmsg ID was already
 	// committed; IDs must be unique.
 	ErrDuplicateID = errors.New("txmsg: duplicate message ID")
-	// ErrOutcomeUnknown means the local transaction's COMMIT was sent but
-	// its result was lost (for example the connection dropped). The barrier
-	// row decides: the broker's check-back publishes the event if and only
-	// if the commit landed. The caller should look the business row up
-	// rather than retry blindly.
+	// ErrOutcomeUnknown means whether the message's transaction committed
+	// is unknown: the local transaction's COMMIT was sent but its result was
+	// lost (for example the connection dropped), or, in transactional mode,
+	// the ID's barrier row already existed (an earlier transaction with
+	// this ID committed, or a check-back rolled it back) and reading it
+	// failed. The barrier row decides: the event is published if and only
+	// if a transaction with this ID committed. The caller should look the
+	// business row up rather than retry blindly.
 	ErrOutcomeUnknown = errors.New("txmsg: outcome of the local commit is unknown; the barrier decides")
 	// ErrNotStarted means a component was used before its Start returned
 	// (for a relay: while its Run is not running); nothing was sent or

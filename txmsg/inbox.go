@@ -90,7 +90,8 @@ type InboxConfig struct {
 // Inbox gives handlers exactly-once effects: each (consumer group, message
 // ID) pair runs its handler's transaction to commit at most once.
 type Inbox struct {
-	db     *gorm.DB
+	db     *gorm.DB // the inbox's own statements (store.Quiet)
+	user   *gorm.DB // as given: the handlers' transactions
 	table  string
 	dead   string
 	logger *slog.Logger
@@ -125,10 +126,16 @@ func (o Outcome) String() string {
 	}
 }
 
-// NewInbox returns an Inbox storing its rows through db.
+// NewInbox returns an Inbox storing its rows through db. db's MySQL DSN
+// must carry parseTime=true: without it NewInbox returns an error wrapping
+// [ErrInvalidConfig] that says so. A db over a *sql.DB of the caller's
+// (gorm's mysql.New with Conn) is checked with one query.
 func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: inbox: db is nil", ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: inbox: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultInboxTable
@@ -148,7 +155,7 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Inbox{db: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
+	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
@@ -195,9 +202,11 @@ func (in *Inbox) Run(ctx context.Context, group, topic, key string, fn func(ctx 
 	if group == "" || key == "" {
 		return 0, fmt.Errorf("%w: inbox: consumer group and message key are required", ErrInvalidMessage)
 	}
-	err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := in.user.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		row := InboxRow{ConsumerGroup: group, MsgID: key, Topic: topic, HandledAt: time.Now().UTC()}
-		if err := tx.Table(in.table).Create(&row).Error; err != nil {
+		// A duplicate key is a redelivered copy: an outcome, not an error
+		// for the caller's logger. fn gets tx as the caller made it.
+		if err := store.QuietDuplicate(tx).Table(in.table).Create(&row).Error; err != nil {
 			if store.IsDuplicate(tx, err) {
 				return errAlreadyHandled
 			}

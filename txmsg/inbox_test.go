@@ -227,3 +227,17 @@ func TestInboxPurgeRefusesAgesInsideRedeliverySpan(t *testing.T) {
 	require.EqualValues(t, 1, n)
 	require.EqualValues(t, 2, count())
 }
+
+// NewInbox refuses a handle whose DSN lacks parseTime=true, whether gorm
+// knows the DSN or was given a *sql.DB; one with it is taken.
+func TestNewInboxRefusesDSNWithoutParseTime(t *testing.T) {
+	t.Parallel()
+	_, dsn := testbed.DBWithDSN(t)
+	for name, db := range testbed.WithoutParseTime(t, dsn) {
+		_, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
+		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, name)
+		require.ErrorContains(t, err, "parseTime=true", name)
+	}
+	_, err := txmsg.NewInbox(testbed.OverConn(t, dsn), txmsg.InboxConfig{})
+	require.NoError(t, err)
+}

@@ -381,8 +381,9 @@ func (r *Relay) publish(ctx context.Context, msgs []*txmsg.Message) (errs []erro
 	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {
-			errs = fill(len(msgs), &txmsg.PanicError{Value: v, Stack: debug.Stack()})
-			r.log.Error("publisher panicked; the batch will be retried", "panic", v, "count", len(msgs))
+			stack := debug.Stack()
+			errs = fill(len(msgs), &txmsg.PanicError{Value: v, Stack: stack})
+			r.log.Error("publisher panicked; the batch will be retried", "panic", v, "count", len(msgs), "stack", string(stack))
 		}
 	}()
 	start := time.Now()

@@ -51,7 +51,7 @@ func (o *Outbox) List(ctx context.Context, f ListFilter) ([]Row, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	q := o.db.WithContext(ctx).Table(o.cfg.Table)
+	q := o.q.WithContext(ctx).Table(o.cfg.Table)
 	if f.Status != "" {
 		q = q.Where(clause.Eq{Column: clause.Column{Name: "status"}, Value: f.Status})
 	}
@@ -97,7 +97,7 @@ var ErrNoRow = errors.New("outbox: no such row")
 // Get returns the row with txmsg ID id, or an error wrapping [ErrNoRow].
 func (o *Outbox) Get(ctx context.Context, id string) (*Row, error) {
 	var row Row
-	err := o.db.WithContext(ctx).Table(o.cfg.Table).
+	err := o.q.WithContext(ctx).Table(o.cfg.Table).
 		Where(clause.Eq{Column: clause.Column{Name: "msg_id"}, Value: id}).Take(&row).Error
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
@@ -112,11 +112,11 @@ func (o *Outbox) Get(ctx context.Context, id string) (*Row, error) {
 // none when no relay has run on the table (no lease table).
 func (o *Outbox) Leases(ctx context.Context) ([]Lease, error) {
 	table := o.cfg.Table + leaseSuffix
-	if !o.db.WithContext(ctx).Migrator().HasTable(table) {
+	if !o.q.WithContext(ctx).Migrator().HasTable(table) {
 		return nil, nil
 	}
 	var out []Lease
-	if err := o.db.WithContext(ctx).Table(table).Order("bucket").Find(&out).Error; err != nil {
+	if err := o.q.WithContext(ctx).Table(table).Order("bucket").Find(&out).Error; err != nil {
 		return nil, fmt.Errorf("outbox: read leases of %s: %w", table, err)
 	}
 	return out, nil
@@ -128,11 +128,11 @@ func (o *Outbox) Leases(ctx context.Context) ([]Lease, error) {
 // relay has registered on the table (no relay table).
 func (o *Outbox) Members(ctx context.Context) ([]Member, error) {
 	table := o.cfg.Table + relaySuffix
-	if !o.db.WithContext(ctx).Migrator().HasTable(table) {
+	if !o.q.WithContext(ctx).Migrator().HasTable(table) {
 		return nil, nil
 	}
 	var out []Member
-	if err := o.db.WithContext(ctx).Table(table).Order("name").Find(&out).Error; err != nil {
+	if err := o.q.WithContext(ctx).Table(table).Order("name").Find(&out).Error; err != nil {
 		return nil, fmt.Errorf("outbox: read relays of %s: %w", table, err)
 	}
 	return out, nil
@@ -142,7 +142,7 @@ func (o *Outbox) Members(ctx context.Context) ([]Member, error) {
 // over a window. Sent rows purged meanwhile are not counted.
 func (o *Outbox) SentSince(ctx context.Context, t time.Time) (int64, error) {
 	var n int64
-	err := o.db.WithContext(ctx).Table(o.cfg.Table).
+	err := o.q.WithContext(ctx).Table(o.cfg.Table).
 		Where(clause.Eq{Column: clause.Column{Name: "status"}, Value: StatusSent}).
 		Where(clause.Gte{Column: clause.Column{Name: "updated_at"}, Value: t.UTC()}).Count(&n).Error
 	if err != nil {

@@ -31,7 +31,7 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 		Oldest  sql.NullTime
 		Waiting int64
 	}
-	err := o.db.WithContext(ctx).Table(o.cfg.Table).
+	err := o.q.WithContext(ctx).Table(o.cfg.Table).
 		Select("status, COUNT(*) AS n, MIN(created_at) AS oldest, COALESCE(SUM(last_error LIKE ?), 0) AS waiting", waitingPrefix+"%").
 		Group("status").Scan(&groups).Error
 	if err != nil {
@@ -65,7 +65,7 @@ func (o *Outbox) Dead(ctx context.Context, limit int) ([]Row, error) {
 		limit = DefaultDeadLimit
 	}
 	var rows []Row
-	err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ?", StatusDead).
+	err := o.q.WithContext(ctx).Table(o.cfg.Table).Where("status = ?", StatusDead).
 		Order("id").Limit(limit).Find(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list dead rows of %s: %w", o.cfg.Table, err)
@@ -82,7 +82,7 @@ func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 		return 0, nil
 	}
 	now := time.Now().UTC()
-	res := o.db.WithContext(ctx).Table(o.cfg.Table).
+	res := o.q.WithContext(ctx).Table(o.cfg.Table).
 		Where("status = ? AND msg_id IN ?", StatusDead, ids).
 		Updates(map[string]any{
 			"status":          StatusPending,
@@ -107,7 +107,7 @@ func (o *Outbox) Rows(ctx context.Context, ids ...string) ([]Row, error) {
 		return nil, nil
 	}
 	var rows []Row
-	if err := o.db.WithContext(ctx).Table(o.cfg.Table).Where("msg_id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+	if err := o.q.WithContext(ctx).Table(o.cfg.Table).Where("msg_id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("outbox: read %s: %w", o.cfg.Table, err)
 	}
 	return rows, nil
@@ -121,7 +121,7 @@ func (o *Outbox) DeleteDead(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res := o.db.WithContext(ctx).Table(o.cfg.Table).Where("status = ? AND msg_id IN ?", StatusDead, ids).Delete(map[string]any{})
+	res := o.q.WithContext(ctx).Table(o.cfg.Table).Where("status = ? AND msg_id IN ?", StatusDead, ids).Delete(map[string]any{})
 	if res.Error != nil {
 		return 0, fmt.Errorf("outbox: delete dead rows of %s: %w", o.cfg.Table, res.Error)
 	}

@@ -15,7 +15,8 @@ import (
 // Outbox writes messages into the outbox table inside local transactions.
 // It implements [txmsg.Transactor]. It is safe for concurrent use.
 type Outbox struct {
-	db  *gorm.DB
+	db  *gorm.DB // as given: the local transactions
+	q   *gorm.DB // db for the outbox's own statements (store.Quiet)
 	cfg Config
 	log *slog.Logger
 
@@ -26,16 +27,23 @@ type Outbox struct {
 var _ txmsg.Transactor = (*Outbox)(nil)
 
 // New returns an Outbox writing to cfg.Table through db. Call
-// [Outbox.Migrate] (or apply outbox.sql) before the first Transact.
+// [Outbox.Migrate] (or apply outbox.sql) before the first Transact. db's
+// MySQL DSN must carry parseTime=true: without it New returns an error
+// wrapping [txmsg.ErrInvalidConfig] that says so. A db over a *sql.DB of
+// the caller's (gorm's mysql.New with Conn) is checked with one query.
 func New(db *gorm.DB, cfg Config) (*Outbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: outbox: db is nil", txmsg.ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: outbox: %w", txmsg.ErrInvalidConfig, err)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	return &Outbox{
 		db:     db,
+		q:      store.Quiet(db),
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "txmsg.outbox", "table", cfg.Table),
 		wakers: map[chan struct{}]struct{}{},
@@ -50,7 +58,7 @@ func (o *Outbox) Table() string { return o.cfg.Table }
 // as DDL for migration tools. Tables of earlier releases get what they
 // lack: the relay table, the index idx_outbox_bucket_due.
 func (o *Outbox) Migrate(ctx context.Context) error {
-	return migrate(ctx, o.db, o.cfg.Table, o.log)
+	return migrate(ctx, o.q, o.cfg.Table, o.log)
 }
 
 func migrate(ctx context.Context, db *gorm.DB, table string, log *slog.Logger) error {

@@ -29,7 +29,7 @@ func (o *Outbox) purge(ctx context.Context, status Status, olderThan time.Durati
 	if olderThan < 0 {
 		return 0, fmt.Errorf("outbox: purge needs an age of zero or more, not %v", olderThan)
 	}
-	n, err := purgeRows(ctx, o.db, o.cfg.Table, status, time.Now().UTC().Add(-olderThan), batch)
+	n, err := purgeRows(ctx, o.q, o.cfg.Table, status, time.Now().UTC().Add(-olderThan), batch)
 	if n > 0 {
 		o.log.Info("purged rows", "rows", n, "state", status, "older_than", olderThan)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -99,16 +100,20 @@ const (
 )
 
 // NewRelay validates cfg and returns a Relay reading cfg.Table through db
-// and publishing through publisher. Call Run to start it.
+// and publishing through publisher. Call Run to start it. db's MySQL DSN
+// must carry parseTime=true, as for [New].
 func NewRelay(db *gorm.DB, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, error) {
 	if db == nil || publisher == nil {
 		return nil, fmt.Errorf("%w: relay: db and publisher are required", txmsg.ErrInvalidConfig)
+	}
+	if err := store.CheckParseTime(db); err != nil {
+		return nil, fmt.Errorf("%w: relay: %w", txmsg.ErrInvalidConfig, err)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	return &Relay{
-		db:  db,
+		db:  store.Quiet(db), // every statement of the relay is its own
 		pub: publisher,
 		cfg: cfg,
 		log: cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", cfg.Table),

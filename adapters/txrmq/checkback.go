@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,7 +274,7 @@ func (cb *checkBacks) check(ext *primitive.MessageExt) (state primitive.LocalTra
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			cb.log.Error("panic while answering a check-back; answering UNKNOWN", "panic", r)
+			cb.log.Error("panic while answering a check-back; answering UNKNOWN", "panic", r, "stack", string(debug.Stack()))
 			state = primitive.UnkonwnState
 		}
 	}()

@@ -528,7 +528,7 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 		outcome, err = c.holdThroughOutage(ctx, r, rec, err)
 	}
 	if err != nil {
-		attrs := []any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "attempt", rec.Attempt, "err", err}
+		attrs := withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "attempt", rec.Attempt}, err)
 		switch {
 		case c.handlerCtx.Err() != nil:
 			c.log.Info("handler interrupted by Close; rolled back, the message goes to the group's next consumer", attrs...)
@@ -574,7 +574,7 @@ func (c *Consumer) holdThroughOutage(ctx context.Context, r txmsg.Route, rec *tx
 		}
 		if n == 1 {
 			c.log.Warn("database unreachable; the message is held without counting an attempt until it answers",
-				"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "attempt", rec.Attempt, "err", err, "probe_err", perr)
+				withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "attempt", rec.Attempt, "probe_err", perr}, err)...)
 		}
 		select {
 		case <-c.closing:
@@ -610,7 +610,7 @@ func (c *Consumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID)
+			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID, "stack", string(debug.Stack()))
 		}
 	}()
 	c.cfg.OnProcessed(rec, outcome, err)

@@ -6,7 +6,20 @@ import (
 	"sync"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
+	"github.com/txmsg/txmsg/txmsg"
 )
+
+// withErr appends err to a log record's attributes as "err" and, when err
+// is or wraps a *txmsg.PanicError (a handler or codec panicked), the
+// panicking goroutine's stack as "stack".
+func withErr(attrs []any, err error) []any {
+	attrs = append(attrs, "err", err)
+	var pe *txmsg.PanicError
+	if errors.As(err, &pe) && len(pe.Stack) > 0 {
+		attrs = append(attrs, "stack", string(pe.Stack))
+	}
+	return attrs
+}
 
 // conflictsWarned holds the (logger, level) settings whose conflict with
 // the installed client log bridge was already logged: each is logged once

@@ -458,7 +458,7 @@ func (c *OrderedConsumer) handle(pq processQueue, ext *primitive.MessageExt) boo
 		if err != nil && c.isClosing() {
 			if c.handlerCtx.Err() != nil {
 				c.log.Info("handler interrupted by Close; rolled back, the message goes to the group's next consumer",
-					"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "err", err)
+					withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic}, err)...)
 			}
 			return false
 		}
@@ -470,8 +470,8 @@ func (c *OrderedConsumer) handle(pq processQueue, ext *primitive.MessageExt) boo
 			}
 			return true
 		}
-		attrs := []any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
-			"queue_id", ext.Queue.QueueId, "queue_offset", ext.QueueOffset, "attempt", rec.Attempt, "err", err}
+		attrs := withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
+			"queue_id", ext.Queue.QueueId, "queue_offset", ext.QueueOffset, "attempt", rec.Attempt}, err)
 		// A failure while the database does not answer is the database's:
 		// it counts no attempt, so an outage never parks a message.
 		if perr := databaseDown(c.handlerCtx, c.inbox); perr != nil {
@@ -529,8 +529,8 @@ func (c *OrderedConsumer) park(pq processQueue, rec *txmsg.Received, cause error
 		err := c.inbox.ParkFailed(c.handlerCtx, c.cfg.Group, rec, cause)
 		if err == nil {
 			c.log.Error("handler failed on its last attempt; message parked in the dead-letter table and its queue goes on",
-				"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
-				"attempt", rec.Attempt, "err", cause)
+				withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
+					"attempt", rec.Attempt}, cause)...)
 			c.observe(rec, txmsg.OutcomeParked, nil)
 			return true
 		}
@@ -575,7 +575,7 @@ func (c *OrderedConsumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, er
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID)
+			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID, "stack", string(debug.Stack()))
 		}
 	}()
 	c.cfg.OnProcessed(rec, outcome, err)

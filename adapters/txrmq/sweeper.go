@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,7 +301,7 @@ func (s *Sweeper) consume(ctx context.Context, msgs ...*primitive.MessageExt) (r
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			s.log.Error("panic while sweeping; will retry", "panic", r)
+			s.log.Error("panic while sweeping; will retry", "panic", r, "stack", string(debug.Stack()))
 			result, err = consumer.ConsumeRetryLater, nil
 		}
 	}()

@@ -246,7 +246,9 @@ func (t *Transactional) enter() error {
 // send is returned as is, wrapped; local's error (or a *txmsg.PanicError)
 // is returned wrapped, with a Receipt in StateRolledBack;
 // txmsg.ErrRolledBackByCheck when a check-back decided first;
-// txmsg.ErrOutcomeUnknown when COMMIT's result was lost.
+// txmsg.ErrOutcomeUnknown when COMMIT's result was lost, or when the ID's
+// barrier row already existed and could not be read (this local
+// transaction rolled back; an earlier one with the ID may have committed).
 //
 // The local transaction is a new one on the producer's db, never one the
 // caller holds: do not call Transact inside an open gorm transaction (see

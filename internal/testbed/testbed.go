@@ -11,6 +11,7 @@ package testbed
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -402,4 +403,47 @@ type logWriter struct{ t testing.TB }
 func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// OverConn opens dsn as a *sql.DB and gives it to gorm as its connection
+// pool (mysql.New(mysql.Config{Conn: ...})), the way a program that
+// already holds a *sql.DB does; gorm then knows no DSN. It is closed when
+// t ends.
+func OverConn(t testing.TB, dsn string) *gorm.DB {
+	t.Helper()
+	QuietClientLogs()
+	sqlDB, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("open %s: %v", dsn, err)
+	}
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	db, err := gorm.Open(gmysql.New(gmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("gorm over *sql.DB: %v", err)
+	}
+	return db
+}
+
+// WithoutParseTime returns handles on dsn's database whose connections
+// lack parseTime=true: "dsn", opened from the DSN, and "conn", over a
+// *sql.DB ([OverConn]). They are closed when t ends.
+func WithoutParseTime(t testing.TB, dsn string) map[string]*gorm.DB {
+	t.Helper()
+	QuietClientLogs()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("parse %s: %v", dsn, err)
+	}
+	cfg.ParseTime = false
+	plain := cfg.FormatDSN()
+	fromDSN, err := Open(plain)
+	if err != nil {
+		t.Fatalf("open without parseTime: %v", err)
+	}
+	t.Cleanup(func() {
+		if s, err := fromDSN.DB(); err == nil {
+			_ = s.Close()
+		}
+	})
+	return map[string]*gorm.DB{"dsn": fromDSN, "conn": OverConn(t, plain)}
 }
