@@ -272,7 +272,7 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 	// committed.
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ResolveTimeout)
 	defer cancel()
-	state, serr := c.stateOn(rctx, store.Quiet(tx), txID)
+	state, serr := c.stateOn(rctx, store.Quiet(tx), txID, shareLock)
 	switch {
 	case serr != nil:
 		return fmt.Errorf("%w: barrier row %s exists (the ID committed before, or a check-back rolled it back) and reading it failed: %w",
@@ -388,15 +388,26 @@ func (c *Checker) Lookup(ctx context.Context, txID string) (string, error) {
 	return state, err
 }
 
-// state reads txID's barrier state with a locking read: it sees only
-// committed rows, whatever the session's isolation level, and waits for a
-// transaction that holds the key uncommitted.
+// Locking reads. Both see only committed rows, whatever the session's
+// isolation level, and wait for a transaction that holds the key
+// uncommitted. A read outside a transaction ends with FOR UPDATE, which
+// read/write splitting (gorm's dbresolver, ProxySQL's usual query rules)
+// sends to the primary: a replica that lags would answer "no row" for a
+// transaction that committed. In autocommit the lock lasts the statement
+// only. Inside a transaction (Begin's read after a duplicate key, which
+// already holds a shared lock on the row) the read shares the lock.
+const (
+	updateLock = " FOR UPDATE"
+	shareLock  = " LOCK IN SHARE MODE"
+)
+
+// state reads txID's barrier state with a locking read on the primary.
 func (c *Checker) state(ctx context.Context, txID string) (string, error) {
-	return c.stateOn(ctx, c.q, txID)
+	return c.stateOn(ctx, c.q, txID, updateLock)
 }
 
-// stateOn is state through db, which may be a transaction.
-func (c *Checker) stateOn(ctx context.Context, db *gorm.DB, txID string) (string, error) {
+// stateOn is state through db, which may be a transaction, with lock.
+func (c *Checker) stateOn(ctx context.Context, db *gorm.DB, txID, lock string) (string, error) {
 	var states []string
 	var err error
 	if lit, ok := store.LiteralsFor(db); ok {
@@ -406,11 +417,11 @@ func (c *Checker) stateOn(ctx context.Context, db *gorm.DB, txID string) (string
 		q = append(q, c.cfg.Table...)
 		q = append(q, "` WHERE tx_id = "...)
 		q = lit.String(q, txID)
-		q = append(q, " LOCK IN SHARE MODE"...)
+		q = append(q, lock...)
 		err = db.WithContext(ctx).Raw(string(q)).Scan(&states).Error
 	} else {
 		err = db.WithContext(ctx).
-			Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ? LOCK IN SHARE MODE", txID).
+			Raw("SELECT state FROM `"+c.cfg.Table+"` WHERE tx_id = ?"+lock, txID).
 			Scan(&states).Error
 	}
 	if err != nil {
@@ -422,11 +433,28 @@ func (c *Checker) stateOn(ctx context.Context, db *gorm.DB, txID string) (string
 	return states[0], nil
 }
 
+// Ping checks that the barrier's database answers, with a locking read
+// of the barrier table: with read/write splitting (gorm's dbresolver,
+// ProxySQL's usual rules), such a read goes to the primary, so a primary
+// that is down is not answered for by a replica. The sweeper probes it
+// before it hands a half message back.
+func (c *Checker) Ping(ctx context.Context) error {
+	var ids []string
+	err := c.q.WithContext(ctx).Raw("SELECT tx_id FROM `" + c.cfg.Table + "` LIMIT 1 FOR UPDATE").Scan(&ids).Error
+	if err != nil {
+		return fmt.Errorf("checker: %s: %w", c.cfg.Table, err)
+	}
+	return nil
+}
+
 // Horizon returns the purge horizon: barrier rows created before it may
 // have been deleted. The zero time means nothing was ever purged.
 func (c *Checker) Horizon(ctx context.Context) (time.Time, error) {
 	var rows []horizonRow
-	err := c.q.WithContext(ctx).Table(c.HorizonTable()).Where("id = 1").Find(&rows).Error
+	// On the primary (see updateLock): a replica that has not applied a
+	// purge's horizon would let Resolve answer ROLLBACK for a committed
+	// transaction whose row the purge deleted.
+	err := c.q.WithContext(ctx).Table(c.HorizonTable()).Where("id = 1").Clauses(clause.Locking{Strength: "UPDATE"}).Find(&rows).Error
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me) && me.Number == 1146:

@@ -185,8 +185,12 @@ func (in *Inbox) Tables() (inbox, deadLetter string) { return in.table, in.dead 
 // Ping reports whether the inbox's database answers and its table can be
 // read. Consumers' health checks use it.
 func (in *Inbox) Ping(ctx context.Context) error {
+	// A locking read: read/write splitting (gorm's dbresolver, ProxySQL's
+	// usual rules) sends it to the primary, so a replica does not answer
+	// for a primary that is down. In autocommit the lock lasts the
+	// statement only.
 	var ids []int64
-	if err := in.db.WithContext(ctx).Table(in.table).Limit(1).Pluck("id", &ids).Error; err != nil {
+	if err := in.db.WithContext(ctx).Table(in.table).Limit(1).Clauses(clause.Locking{Strength: "UPDATE"}).Pluck("id", &ids).Error; err != nil {
 		return fmt.Errorf("txmsg: inbox %s: %w", in.table, err)
 	}
 	return nil

@@ -31,13 +31,7 @@ func databaseDown(ctx context.Context, in *txmsg.Inbox) error {
 
 // checkerDown is databaseDown for the barrier's database.
 func checkerDown(ctx context.Context, chk *checker.Checker) error {
-	return probe(ctx, func(ctx context.Context) error {
-		sqlDB, err := chk.DB().DB()
-		if err != nil {
-			return err
-		}
-		return sqlDB.PingContext(ctx)
-	})
+	return probe(ctx, chk.Ping)
 }
 
 // probe runs ping within outageProbeTimeout.

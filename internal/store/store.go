@@ -64,21 +64,33 @@ func PurgeBefore(ctx context.Context, db *gorm.DB, table, pk, timeCol string, cu
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
+		// One transaction per batch: read/write splitting (gorm's
+		// dbresolver, ProxySQL) sends a transaction to the primary, where
+		// a plain read would go to a replica that may not have the rows
+		// yet, and the purge would find nothing to delete.
 		var keys []any
-		q := match(db.WithContext(ctx).Table(table))
-		if err := q.Order(clause.OrderByColumn{Column: clause.Column{Name: pk}}).Limit(batch).Pluck(pk, &keys).Error; err != nil {
-			return total, fmt.Errorf("select rows to purge from %s: %w", table, err)
+		var deleted int64
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			q := match(tx.Table(table))
+			if err := q.Order(clause.OrderByColumn{Column: clause.Column{Name: pk}}).Limit(batch).Pluck(pk, &keys).Error; err != nil {
+				return fmt.Errorf("select rows to purge from %s: %w", table, err)
+			}
+			if len(keys) == 0 {
+				return nil
+			}
+			res := match(tx.Table(table)).
+				Where(clause.IN{Column: clause.Column{Name: pk}, Values: keys}).
+				Delete(map[string]any{})
+			if res.Error != nil {
+				return fmt.Errorf("purge %s: %w", table, res.Error)
+			}
+			deleted = res.RowsAffected
+			return nil
+		})
+		if err != nil {
+			return total, err
 		}
-		if len(keys) == 0 {
-			return total, nil
-		}
-		res := match(db.WithContext(ctx).Table(table)).
-			Where(clause.IN{Column: clause.Column{Name: pk}, Values: keys}).
-			Delete(map[string]any{})
-		if res.Error != nil {
-			return total, fmt.Errorf("purge %s: %w", table, res.Error)
-		}
-		total += res.RowsAffected
+		total += deleted
 		if len(keys) < batch {
 			return total, nil
 		}
