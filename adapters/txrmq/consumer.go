@@ -28,6 +28,12 @@ const (
 	// DefaultMaxReconsumeTimes is ConsumerConfig.MaxReconsumeTimes's
 	// default, RocketMQ's own.
 	DefaultMaxReconsumeTimes = 16
+	// DefaultBufferMessages is ConsumerConfig.BufferMessages's default:
+	// messages pulled ahead and held by one consumer.
+	DefaultBufferMessages = 1024
+	// DefaultBufferMiB is ConsumerConfig.BufferMiB's default: MiB of
+	// bodies pulled ahead and held by one consumer.
+	DefaultBufferMiB = 256
 )
 
 // ConsumerConfig configures a [Consumer]. Config.Group is the consumer
@@ -67,6 +73,19 @@ type ConsumerConfig struct {
 	// level is used for every retry: 1 is 1 s, 2 is 5 s on a default
 	// broker, and a level above the broker's highest means the highest.
 	RetryDelayLevel int
+	// BufferMessages bounds how many messages the consumer pulls ahead and
+	// holds in memory, across all its queues, while handlers are busy (or
+	// held by a database outage); past it, the lag waits on the broker.
+	// Each queue the consumer holds gets an equal share, at least one
+	// message, and may exceed it by one pull batch (32 messages). From 1
+	// to 6,553,500. Default [DefaultBufferMessages] (1,024). Without it the
+	// client's own bound is 102,400 messages per consumer.
+	BufferMessages int
+	// BufferMiB bounds the bodies held the same way, in MiB, across all
+	// queues, each queue's share at least 1 MiB. From 1 to 102,400.
+	// Default [DefaultBufferMiB] (256). Without it the client's own bound
+	// is 51,200 MiB per consumer.
+	BufferMiB int
 	// OnProcessed, when set, is called once per delivery after the
 	// consumer has decided about it: outcome is what the inbox did when
 	// err is nil; a non-nil err means the broker will deliver the message
@@ -87,6 +106,16 @@ func (c *ConsumerConfig) validate() error {
 		return fmt.Errorf("%w: consumer: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, DefaultMaxReconsumeTimes)
 	case c.RetryDelayLevel < 0:
 		return fmt.Errorf("%w: consumer: RetryDelayLevel must not be negative (0 means the broker's schedule)", txmsg.ErrInvalidConfig)
+	case c.BufferMessages < 0 || c.BufferMessages > 6_553_500:
+		return fmt.Errorf("%w: consumer: BufferMessages must be between 1 and 6553500 (0 means %d)", txmsg.ErrInvalidConfig, DefaultBufferMessages)
+	case c.BufferMiB < 0 || c.BufferMiB > 102_400:
+		return fmt.Errorf("%w: consumer: BufferMiB must be between 1 and 102400 (0 means %d)", txmsg.ErrInvalidConfig, DefaultBufferMiB)
+	}
+	if c.BufferMessages == 0 {
+		c.BufferMessages = DefaultBufferMessages
+	}
+	if c.BufferMiB == 0 {
+		c.BufferMiB = DefaultBufferMiB
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
@@ -229,6 +258,14 @@ func consumerOptions(cfg *ConsumerConfig) []consumer.Option {
 		consumer.WithConsumeMessageBatchMaxSize(1),
 		consumer.WithConsumeGoroutineNums(cfg.Concurrency),
 		consumer.WithMaxReconsumeTimes(int32(cfg.MaxReconsumeTimes)),
+		// The client divides the per-topic thresholds (its names; they
+		// cover all of the consumer's queues) among the queues it holds at
+		// each rebalance, overwriting the per-queue ones, which apply
+		// until then.
+		consumer.WithPullThresholdForTopic(cfg.BufferMessages),
+		consumer.WithPullThresholdSizeForTopic(cfg.BufferMiB),
+		consumer.WithPullThresholdForQueue(int64(min(cfg.BufferMessages, 65535))),
+		consumer.WithPullThresholdSizeForQueue(min(cfg.BufferMiB, 1024)),
 	}
 	return append(opts, c.consumerAccess()...)
 }

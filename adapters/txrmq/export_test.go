@@ -98,3 +98,7 @@ func (c *OrderedConsumer) QueuesRequeued() int64 { return c.requeued.Load() }
 func (c *OrderedConsumer) PendingRequests() ([]int32, error) {
 	return clientinternals.PendingRequests(c.pc)
 }
+
+// Buffered is how many messages the consumer's client holds in memory,
+// pulled and not yet consumed.
+func (c *Consumer) Buffered() (int64, error) { return clientinternals.Buffered(c.pc) }

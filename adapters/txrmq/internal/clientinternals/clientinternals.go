@@ -396,6 +396,9 @@ func Check(txp, p, pc any) (err error) {
 	if _, err := PendingRequests(pc); err != nil {
 		return fmt.Errorf("push consumer: %w", err)
 	}
+	if _, err := Buffered(pc); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
 	return nil
 }
 
@@ -785,4 +788,37 @@ func RequeueStuck(c any, stuck map[string]time.Time) (n int, err error) {
 		return n, fmt.Errorf("save consumed offsets: %w", perr)
 	}
 	return n, nil
+}
+
+// fieldCachedCount is the *processQueue's count of the messages it holds
+// (a *atomic.Int64 of go.uber.org/atomic, updated under the queue's lock).
+const fieldCachedCount = "cachedMsgCount"
+
+// Buffered returns how many messages a started push consumer holds in
+// memory, pulled and not yet consumed, summed over its queues.
+func Buffered(pc any) (n int64, err error) {
+	defer guard(&err)
+	v := reflect.ValueOf(pc)
+	t, err := field(v, fieldQueueTable)
+	if err != nil {
+		return 0, err
+	}
+	table, ok := t.Addr().Interface().(*sync.Map)
+	if !ok {
+		return 0, fmt.Errorf("%s.%s is %s, not sync.Map", v.Type(), fieldQueueTable, t.Type())
+	}
+	table.Range(func(_, q any) bool {
+		var f reflect.Value
+		if f, err = field(reflect.ValueOf(q), fieldCachedCount); err != nil {
+			return false
+		}
+		c, ok := f.Interface().(interface{ Load() int64 })
+		if !ok || f.IsNil() {
+			err = fmt.Errorf("%T.%s is %s, not a non-nil counter with Load() int64", q, fieldCachedCount, f.Type())
+			return false
+		}
+		n += c.Load()
+		return true
+	})
+	return n, err
 }

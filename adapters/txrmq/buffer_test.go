@@ -1,0 +1,58 @@
+package txrmq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// TestConsumerBufferIsBounded: while handlers are busy, the client pulls
+// ahead at most ConsumerConfig.BufferMessages (here on one queue, which
+// gets it all, plus one pull batch of 32); the rest of the lag waits on
+// the broker. With the client's own bound (102,400 per consumer) it held
+// all 400 messages here.
+func TestConsumerBufferIsBounded(t *testing.T) {
+	t.Parallel()
+	b := newConsumerBed(t)
+	// One queue, whose share is the whole bound.
+	b.topic = testbed.Name(t, "txmsg")
+	require.NoError(t, testbed.CreateTopic(context.Background(), b.topic, 1))
+	release := make(chan struct{})
+	cfg := b.config()
+	cfg.Concurrency = 1
+	cfg.BufferMessages = 10
+	c := b.start(cfg, txmsg.Handle(b.topicOf(), func(ctx context.Context, _ *gorm.DB, _ txmsg.Delivery[consumerEvent]) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}))
+	// Registered after the consumer's Close, so it runs first: Close waits
+	// for the handler.
+	t.Cleanup(func() { close(release) })
+	const n = 400
+	msgs := make([]*txmsg.Message, n)
+	for i := range msgs {
+		msgs[i] = b.message(consumerEvent{N: i})
+	}
+	b.publish(msgs...)
+
+	// Wait until the client has pulled past the bound's first batch, then
+	// give it time to pull more if it would.
+	require.Eventually(t, func() bool {
+		held, err := c.Buffered()
+		require.NoError(t, err)
+		return held >= 10
+	}, consumerWait, consumerTick, "the consumer never pulled")
+	time.Sleep(3 * time.Second)
+	held, err := c.Buffered()
+	require.NoError(t, err)
+	require.LessOrEqual(t, held, int64(10+32+1), "messages held in memory past BufferMessages")
+}
