@@ -256,9 +256,16 @@ func (c *Config) consumerAccess() []consumer.Option {
 // returns is consumed even by a brand-new group, even if this process
 // dies before it has consumed anything.
 //
+// Start first asks the name servers for the topics' routes, each name
+// server within Config.NameServerTimeout. When none answers, Start fails
+// with an error that wraps txmsg.ErrUnavailable and names each name
+// server and its error (connection refused, no answer), without starting
+// the client: Start may be called again. Start is bounded by ctx
+// throughout.
+//
 // Start fails when a route's topic has no route on the name servers, or
 // when the broker refuses a new group's start offset. A consumer whose
-// Start failed cannot be started again; build a new one.
+// Start failed so cannot be started again; build a new one.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,6 +279,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start consumer: %w", err)
+	}
+	if _, err := c.cfg.askNameServers(ctx, c.brokerTopics()); err != nil {
+		// The client has not started: Start may be called again.
+		return fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
 	}
 	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
 		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)

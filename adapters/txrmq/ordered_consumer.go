@@ -249,9 +249,11 @@ func orderedOptions(c *Config) []consumer.Option {
 // fixed and, for queues the group had no offset for, written to the broker,
 // so a message published after Start returns is consumed even by a
 // brand-new group, even if this process dies before it has consumed
-// anything. Start fails when a route's topic has no route on the name
-// servers, or when the broker refuses a new group's start offset; a
-// consumer whose Start failed cannot be started again.
+// anything. When no name server answers, Start fails as
+// [Consumer.Start] does and may be called again. Start fails when a
+// route's topic has no route on the name servers, or when the broker
+// refuses a new group's start offset; a consumer whose Start failed so
+// cannot be started again.
 func (c *OrderedConsumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -265,6 +267,10 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start ordered consumer: %w", err)
+	}
+	if _, err := c.cfg.askNameServers(ctx, c.brokerTopics()); err != nil {
+		// The client has not started: Start may be called again.
+		return fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
 	}
 	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
 		c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
