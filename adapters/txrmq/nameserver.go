@@ -93,19 +93,63 @@ func nameServerAddr(ns string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(ns, "http://"), "https://")
 }
 
+// missingTopicsError reports topics (the broker's names) that the name
+// server at addr has no route for. Consumers fail with it and producers
+// log it, in the same words.
+func missingTopicsError(addr string, topics []string) error {
+	what := fmt.Sprintf("topic %q does not exist", topics[0])
+	if len(topics) > 1 {
+		what = fmt.Sprintf("topics %q do not exist", topics)
+	}
+	return fmt.Errorf("%w: %s on name server %s; create it on every broker with: txmsgctl topic create -namesrv %s -topic %s",
+		txmsg.ErrTopicNotFound, what, addr, addr, strings.Join(topics, ","))
+}
+
+// askTopicRoutes asks the name servers about topics (a consumer's at
+// Start, a component's in Health): an error when none answers, or when a
+// topic has no route.
+func askTopicRoutes(ctx context.Context, c *Config, topics []string) error {
+	a, err := c.askNameServers(ctx, topics)
+	if err != nil {
+		return err
+	}
+	if len(a.missing) > 0 {
+		return missingTopicsError(a.addr, a.missing)
+	}
+	return nil
+}
+
+// explainRouteError replaces the client's "route info not found" error
+// of a consumer's start, which it gives both for a topic that does not
+// exist and for name servers that do not answer, with what the name
+// servers say now. Other errors are returned as they are.
+func explainRouteError(ctx context.Context, c *Config, topics []string, err error) error {
+	if err == nil || !strings.Contains(err.Error(), "route info not found") {
+		return err
+	}
+	if aerr := askTopicRoutes(ctx, c, topics); aerr != nil {
+		return aerr
+	}
+	return err
+}
+
 // askProducerNameServers asks the name servers about a producer's topics
 // at Start. A producer starts without them: its sends fail with
 // txmsg.ErrUnavailable until a name server answers. So when none answers
 // it logs a warning and reports answered false; it returns an error only
-// when ctx ended.
+// when ctx ended. Topics without a route are logged as a warning too.
 func askProducerNameServers(ctx context.Context, c *Config, topics []string, log *slog.Logger) (answered bool, err error) {
 	brokerTopics := make([]string, len(topics))
 	for i, t := range topics {
 		brokerTopics[i] = c.brokerTopic(t)
 	}
-	_, err = c.askNameServers(ctx, brokerTopics)
+	a, err := c.askNameServers(ctx, brokerTopics)
 	switch {
 	case err == nil:
+		if len(a.missing) > 0 {
+			log.Warn("topics have no route yet; the broker creates them on the first send only where autoCreateTopicEnable is on, with its default queue count",
+				"err", missingTopicsError(a.addr, a.missing))
+		}
 		return true, nil
 	case ctx.Err() != nil:
 		return false, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,5 +170,42 @@ func TestStartBoundedByContext(t *testing.T) {
 		require.Error(t, err, kind)
 		require.True(t, errors.Is(err, context.DeadlineExceeded), "%s: %v", kind, err)
 		require.Contains(t, err.Error(), addr, kind)
+	}
+}
+
+// TestMissingTopicNamesTheCommand: a topic the name server has no route
+// for is reported the same way by every component, naming the txmsgctl
+// command that creates it: the consumers' Start fails with it, the
+// producers' Start logs it as a warning and their Health returns it.
+func TestMissingTopicNamesTheCommand(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	db := testbed.DB(t)
+	ns := testbed.NameServer()
+	topic := testbed.Name(t, "missing")
+	create := "txmsgctl topic create -namesrv " + ns + " -topic " + topic
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cs := components(t, db, ns, topic, log)
+	for _, kind := range []string{"consumer", "ordered consumer"} {
+		err := cs[kind].Start(context.Background())
+		require.Error(t, err, kind)
+		require.Contains(t, err.Error(), create, kind)
+		require.ErrorIs(t, err, txmsg.ErrTopicNotFound, kind)
+		require.NotErrorIs(t, err, txmsg.ErrUnavailable, kind)
+	}
+	for _, kind := range []string{"transactional", "publisher"} {
+		require.NoError(t, cs[kind].Start(context.Background()), kind)
+	}
+	require.Equal(t, 2, strings.Count(logs.String(), create), "both producers warn, naming the command:\n%s", logs)
+	err := cs["transactional"].(*txrmq.Transactional).Health(context.Background())
+	require.ErrorIs(t, err, txmsg.ErrTopicNotFound)
+	require.Contains(t, err.Error(), create)
+
+	// Created, the topic lets the consumers start: a Start that failed on
+	// a missing topic may be called again.
+	require.NoError(t, testbed.CreateTopic(context.Background(), topic, 4))
+	for _, kind := range []string{"consumer", "ordered consumer"} {
+		require.NoError(t, cs[kind].Start(context.Background()), kind)
 	}
 }

@@ -226,8 +226,6 @@ func (t *Transactional) Start(ctx context.Context) error {
 	if len(t.cfg.Topics) > 0 && answered {
 		if err := clientinternals.WarmTransactionProducer(t.prod, t.cfg.Topics); err != nil {
 			t.log.Warn("cannot pre-fetch topic routes; check-backs reach this instance after its first send", "err", err)
-		} else if missing, err := clientinternals.MissingRoutes(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
-			t.log.Warn("topics have no route yet", "topics", missing)
 		}
 	}
 	t.rc = t.newReconnector()
