@@ -224,7 +224,7 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	a, err := s.cfg.askNameServers(ctx, []string{CheckMaxTimeTopic})
+	a, err := s.cfg.askNameServers(ctx, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)})
 	if err != nil {
 		return fmt.Errorf("rocketmq: start sweeper of group %q: %w", s.cfg.Group, err)
 	}
@@ -269,7 +269,7 @@ func (s *Sweeper) awaitTopic() {
 			return
 		case <-tick.C:
 		}
-		a, err := s.cfg.askNameServers(ctx, []string{CheckMaxTimeTopic})
+		a, err := s.cfg.askNameServers(ctx, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)})
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
