@@ -51,6 +51,12 @@ var (
 	// ErrDecode means a message body could not be decoded into the
 	// handler's type. Consumers park such messages instead of retrying.
 	ErrDecode = errors.New("txmsg: cannot decode message body")
+	// ErrTopicNotFound means a name server answered that it has no route
+	// for a topic: the topic has not been created on any broker. The
+	// message names the topic and the command that creates it (txmsgctl
+	// topic create). A name server that does not answer is
+	// [ErrUnavailable] instead.
+	ErrTopicNotFound = errors.New("txmsg: topic not found")
 )
 
 // PanicError is returned when a local transaction or a handler panicked.

@@ -22,6 +22,8 @@ const (
 	DefaultRetries = 2
 	// DefaultClientLogLevel is Config.ClientLogLevel's default.
 	DefaultClientLogLevel = slog.LevelError
+	// DefaultNameServerTimeout is Config.NameServerTimeout's default.
+	DefaultNameServerTimeout = 3 * time.Second
 )
 
 // Config is what every txmsg RocketMQ component needs to reach the cluster.
@@ -51,6 +53,14 @@ type Config struct {
 	// Retries is how many times the client retries a failed plain send.
 	// Default [DefaultRetries] (2).
 	Retries int
+	// NameServerTimeout bounds how long Start waits for one name server
+	// to answer (connect and reply) before it tries the next one. Start
+	// asks the name servers before it starts the client, so a name server
+	// that is down, or accepts connections and never answers, costs Start
+	// at most this long per name server (or until the caller's context
+	// ends), and the error names each address and what went wrong.
+	// Default [DefaultNameServerTimeout] (3 s).
+	NameServerTimeout time.Duration
 	// MaxBodySize is the largest body accepted; it should equal the
 	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
 	MaxBodySize int
@@ -108,6 +118,12 @@ func (c *Config) validate(what string) error {
 	}
 	if c.SendTimeout < 0 || c.Retries < 0 || c.MaxBodySize < 0 {
 		return fmt.Errorf("%w: %s: SendTimeout, Retries and MaxBodySize must not be negative", txmsg.ErrInvalidConfig, what)
+	}
+	if c.NameServerTimeout < 0 {
+		return fmt.Errorf("%w: %s: NameServerTimeout must not be negative (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultNameServerTimeout)
+	}
+	if c.NameServerTimeout == 0 {
+		c.NameServerTimeout = DefaultNameServerTimeout
 	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = DefaultSendTimeout

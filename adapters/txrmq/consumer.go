@@ -160,7 +160,7 @@ func (c *ConsumerConfig) validate() error {
 // wait out that pull's 30 s timeout); messages those queues were handling
 // are delivered again, and the inbox drops the copies of committed ones.
 //
-// Topics must exist before Start.
+// Topics must exist before Start: create them with txmsgctl topic create.
 type Consumer struct {
 	cfg    ConsumerConfig
 	inbox  *txmsg.Inbox
@@ -293,9 +293,19 @@ func (c *Config) consumerAccess() []consumer.Option {
 // returns is consumed even by a brand-new group, even if this process
 // dies before it has consumed anything.
 //
-// Start fails when a route's topic has no route on the name servers, or
-// when the broker refuses a new group's start offset. A consumer whose
-// Start failed cannot be started again; build a new one.
+// Start first asks the name servers for the topics' routes, each name
+// server within Config.NameServerTimeout. When none answers, Start fails
+// with an error that wraps txmsg.ErrUnavailable and names each name
+// server and its error (connection refused, no answer), without starting
+// the client: Start may be called again. Start is bounded by ctx
+// throughout.
+//
+// When a route's topic has no route on the name servers, Start fails
+// with an error that wraps txmsg.ErrTopicNotFound and names the topic and
+// the txmsgctl command that creates it, again without starting the
+// client: create the topic and call Start again. Start also fails when
+// the broker refuses a new group's start offset; a consumer whose Start
+// failed so cannot be started again; build a new one.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -309,6 +319,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start consumer: %w", err)
+	}
+	if err := askTopicRoutes(ctx, &c.cfg.Config, c.brokerTopics()); err != nil {
+		// The client has not started: Start may be called again.
+		return fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
 	}
 	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
 		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
@@ -411,7 +425,7 @@ func watchConsumerBrokers(pc any, log *slog.Logger, topics []string) *reconnecto
 
 func (c *Consumer) start(ctx context.Context) error {
 	if err := c.pc.Start(); err != nil {
-		return err
+		return explainRouteError(ctx, &c.cfg.Config, c.brokerTopics(), err)
 	}
 	c.settle()
 	return startPinned(ctx, c.pc, c.brokerGroup(), c.brokerTopics(), c.log)

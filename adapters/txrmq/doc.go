@@ -29,6 +29,15 @@
 // [Transactional.Health] and [Consumer.Health] report whether a started
 // component can do its work now, for readiness probes.
 //
+// Start asks the name servers first, each within
+// Config.NameServerTimeout (3 s by default) and the caller's context. When
+// none answers, the error wraps txmsg.ErrUnavailable and names each one
+// with its error: consumers and the sweeper fail, producers start and log
+// it. A topic the name servers have no route for is
+// txmsg.ErrTopicNotFound, naming the command that creates it (txmsgctl
+// topic create): consumers fail, producers log it. Consumers need their
+// topics before Start.
+//
 // # Groups
 //
 // The broker sends a transaction's check-backs to any live producer of the

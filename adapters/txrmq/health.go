@@ -109,6 +109,9 @@ func (t *Transactional) Health(ctx context.Context) error {
 	for i, topic := range t.cfg.Topics {
 		topics[i] = t.cfg.brokerTopic(topic)
 	}
+	if err := askTopicRoutes(ctx, &t.cfg.Config, topics); err != nil {
+		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
+	}
 	if err := probeRoutes(ctx, rp, topics); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
 	}
@@ -142,6 +145,9 @@ func (c *Consumer) Health(ctx context.Context) error {
 	topics := make([]string, len(c.routes))
 	for i, r := range c.routes {
 		topics[i] = c.cfg.brokerTopic(r.Topic())
+	}
+	if err := askTopicRoutes(ctx, &c.cfg.Config, topics); err != nil {
+		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
 	}
 	if err := probeRoutes(ctx, rp, topics); err != nil {
 		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)

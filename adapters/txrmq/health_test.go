@@ -49,7 +49,8 @@ func TestTransactionalHealth(t *testing.T) {
 	require.NoError(t, tr.Start(ctx))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
 	err = tr.Health(ctx)
-	require.ErrorContains(t, err, `route of topic "`+missing+`"`)
+	require.ErrorIs(t, err, txmsg.ErrTopicNotFound)
+	require.ErrorContains(t, err, `topic "`+missing+`" does not exist`)
 }
 
 // TestPublishBeforeStart: a publisher used before Start refuses with

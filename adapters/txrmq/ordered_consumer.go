@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,9 +250,10 @@ func orderedOptions(c *Config) []consumer.Option {
 // fixed and, for queues the group had no offset for, written to the broker,
 // so a message published after Start returns is consumed even by a
 // brand-new group, even if this process dies before it has consumed
-// anything. Start fails when a route's topic has no route on the name
-// servers, or when the broker refuses a new group's start offset; a
-// consumer whose Start failed cannot be started again.
+// anything. When no name server answers, or a route's topic has no route
+// on them, Start fails as [Consumer.Start] does and may be called again.
+// Start also fails when the broker refuses a new group's start offset; a
+// consumer whose Start failed so cannot be started again.
 func (c *OrderedConsumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -265,6 +267,10 @@ func (c *OrderedConsumer) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start ordered consumer: %w", err)
+	}
+	if err := askTopicRoutes(ctx, &c.cfg.Config, c.brokerTopics()); err != nil {
+		// The client has not started: Start may be called again.
+		return fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
 	}
 	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
 		c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
@@ -306,16 +312,23 @@ func (c *OrderedConsumer) brokerTopics() []string {
 
 func (c *OrderedConsumer) start(ctx context.Context) error {
 	if err := c.pc.Start(); err != nil {
-		return err
+		return explainRouteError(ctx, &c.cfg.Config, c.brokerTopics(), err)
 	}
 	// The client checks only the last subscribed topic.
 	rs, ok := c.pc.(interface{ IsSubscribeTopicNeedUpdate(topic string) bool })
 	if ok {
+		var missing []string
 		for _, t := range c.topics {
 			if rs.IsSubscribeTopicNeedUpdate(c.cfg.brokerTopic(t)) {
-				_ = shutdownConsumer(c.pc, c.log)
-				return fmt.Errorf("the topic=%s route info not found, it may not exist", t)
+				missing = append(missing, c.cfg.brokerTopic(t))
 			}
+		}
+		if len(missing) > 0 {
+			_ = shutdownConsumer(c.pc, c.log)
+			if err := askTopicRoutes(ctx, &c.cfg.Config, missing); err != nil {
+				return err
+			}
+			return missingTopicsError(strings.Join(c.cfg.NameServers, ","), missing)
 		}
 	}
 	c.settle(rs)
@@ -667,6 +680,9 @@ func (c *OrderedConsumer) Health(ctx context.Context) error {
 	topics := make([]string, len(c.topics))
 	for i, t := range c.topics {
 		topics[i] = c.cfg.brokerTopic(t)
+	}
+	if err := askTopicRoutes(ctx, &c.cfg.Config, topics); err != nil {
+		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, err)
 	}
 	if err := probeRoutes(ctx, rp, topics); err != nil {
 		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, err)

@@ -143,6 +143,13 @@ func (l pubListener) CheckLocalTransaction(ext *primitive.MessageExt) primitive.
 
 // Start connects the producer and fetches the routes of the configured
 // Topics. It is idempotent.
+//
+// Start first asks the name servers, each within
+// Config.NameServerTimeout. When none answers, Start logs a warning that
+// names each name server and its error, and starts without fetching
+// routes: Publish fails with txmsg.ErrUnavailable until a name server
+// answers. When ctx ends first, Start returns its error and does not
+// start.
 func (p *Publisher) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -155,6 +162,10 @@ func (p *Publisher) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start publisher: %w", err)
 	}
+	answered, err := askProducerNameServers(ctx, &p.cfg.Config, p.cfg.Topics, p.log)
+	if err != nil {
+		return fmt.Errorf("rocketmq: start publisher of group %q: %w", p.cfg.Group, err)
+	}
 	p.cb.start()
 	start := p.prod.Start
 	if p.tp != nil {
@@ -164,7 +175,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 		return fmt.Errorf("rocketmq: start publisher: %w", err)
 	}
 	p.started = true
-	if len(p.cfg.Topics) > 0 {
+	if len(p.cfg.Topics) > 0 && answered {
 		if err := clientinternals.WarmProducer(p.prod, p.cfg.Topics); err != nil {
 			p.log.Warn("cannot pre-fetch topic routes; the first sends look them up", "topics", p.cfg.Topics, "err", err)
 		}

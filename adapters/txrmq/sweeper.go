@@ -195,9 +195,29 @@ func (s *Sweeper) startConsumer() (pc rmq.PushConsumer, missing bool, err error)
 	return pc, false, nil
 }
 
+// startConsumerWithin is startConsumer bounded by ctx: when ctx ends
+// first, it returns ctx's error and the consumer is shut down once its
+// start returns.
+func (s *Sweeper) startConsumerWithin(ctx context.Context) (rmq.PushConsumer, bool, error) {
+	pc, err := s.newConsumer()
+	if err != nil {
+		return nil, false, err
+	}
+	err = startWithin(ctx, pc, s.log, func(context.Context) error { return pc.Start() })
+	if err != nil {
+		return nil, strings.Contains(err.Error(), "route info not found"), fmt.Errorf("rocketmq: start sweeper: %w", err)
+	}
+	return pc, false, nil
+}
+
 // Start begins consuming. The broker creates [CheckMaxTimeTopic] when it
 // first discards a half message; while it does not exist, Start succeeds and
 // the sweeper looks for it every few seconds in the background.
+//
+// Start first asks the name servers for that topic's route, each within
+// Config.NameServerTimeout. When none answers, Start fails with an error
+// that wraps txmsg.ErrUnavailable and names each name server and its
+// error, and may be called again. Start is bounded by ctx throughout.
 func (s *Sweeper) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,7 +230,15 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	pc, missing, err := s.startConsumer()
+	a, err := s.cfg.askNameServers(ctx, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)})
+	if err != nil {
+		return fmt.Errorf("rocketmq: start sweeper of group %q: %w", s.cfg.Group, err)
+	}
+	var pc rmq.PushConsumer
+	missing := len(a.missing) > 0
+	if !missing {
+		pc, missing, err = s.startConsumerWithin(ctx)
+	}
 	switch {
 	case err == nil:
 		s.run(pc)
@@ -231,11 +259,38 @@ func (s *Sweeper) awaitTopic() {
 	defer s.wg.Done()
 	tick := time.NewTicker(topicRetryEvery)
 	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	unreachable := false // warned that no name server answers
 	for {
 		select {
 		case <-s.done:
 			return
 		case <-tick.C:
+		}
+		a, err := s.cfg.askNameServers(ctx, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			if !unreachable {
+				s.log.Warn("waiting for "+CheckMaxTimeTopic+"; will retry", "err", err)
+				unreachable = true
+			}
+			continue
+		case unreachable:
+			s.log.Info("a name server answers again", "name_server", a.addr)
+			unreachable = false
+		}
+		if len(a.missing) > 0 {
+			continue
 		}
 		pc, missing, err := s.startConsumer()
 		if err != nil {

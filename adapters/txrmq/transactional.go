@@ -195,6 +195,13 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 // and sends a heartbeat to their brokers, so check-backs reach this
 // instance at once. A topic without a route yet is logged, not fatal: the
 // broker may create it on first send.
+//
+// Start first asks the name servers, each within
+// Config.NameServerTimeout. When none answers, Start logs a warning that
+// names each name server and its error, and starts without fetching
+// routes: sends fail with txmsg.ErrUnavailable until a name server
+// answers. When ctx ends first, Start returns its error and does not
+// start.
 func (t *Transactional) Start(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -207,16 +214,18 @@ func (t *Transactional) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	answered, err := askProducerNameServers(ctx, &t.cfg.Config, t.cfg.Topics, t.log)
+	if err != nil {
+		return fmt.Errorf("rocketmq: start transactional producer of group %q: %w", t.cfg.Group, err)
+	}
 	t.cb.start()
 	if err := t.prod.Start(); err != nil {
 		return fmt.Errorf("rocketmq: start transactional producer: %w", err)
 	}
 	t.started = true
-	if len(t.cfg.Topics) > 0 {
+	if len(t.cfg.Topics) > 0 && answered {
 		if err := clientinternals.WarmTransactionProducer(t.prod, t.cfg.Topics); err != nil {
 			t.log.Warn("cannot pre-fetch topic routes; check-backs reach this instance after its first send", "err", err)
-		} else if missing, err := clientinternals.MissingRoutes(t.prod, t.cfg.Topics); err == nil && len(missing) > 0 {
-			t.log.Warn("topics have no route yet", "topics", missing)
 		}
 	}
 	t.rc = t.newReconnector()

@@ -1,5 +1,6 @@
 // Command txmsgctl administers txmsg's tables: it creates them, reports
 // their state, inspects and requeues dead messages, and applies retention.
+// It also creates and checks the RocketMQ topics that consumers need.
 //
 //	txmsgctl migrate                     create the barrier, inbox, dead-letter and outbox tables
 //	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
@@ -9,6 +10,8 @@
 //	txmsgctl dead purge   -kind outbox|consumer (-older-than D | ID...)
 //	txmsgctl purge                       apply retention now
 //	txmsgctl serve [-addr 127.0.0.1:8089] run the web dashboard (package dashboard)
+//	txmsgctl topic create -namesrv HOST:PORT -topic a,b [-queues 8]   create topics on every broker of the cluster
+//	txmsgctl topic check  -namesrv HOST:PORT -topic a,b [-queues N]   check that they are routed, with their queues
 //
 // The database is -dsn or $TXMSG_DSN, a go-sql-driver/mysql DSN. Its
 // password is never printed. Run "txmsgctl help" for every flag.
@@ -64,7 +67,7 @@ func usageError(format string, args ...any) error {
 	return usageErr{msg: fmt.Sprintf(format, args...)}
 }
 
-const usageText = `txmsgctl administers txmsg's tables.
+const usageText = `txmsgctl administers txmsg's tables and RocketMQ topics.
 
 Usage:
   txmsgctl migrate [flags]
@@ -93,6 +96,17 @@ Usage:
       and any address but loopback need a token ($TXMSG_DASHBOARD_TOKEN).
       Requests must name localhost, 127.0.0.1, [::1] or one of
       -allowed-hosts in their Host header (with a token: once it is set).
+  txmsgctl topic create -namesrv HOST:PORT -topic NAME[,NAME...] [-queues 8]
+                        [-cluster NAME | -broker ADDR[,ADDR...]]
+      Create topics (or set their queue counts) on every broker of the
+      cluster, as the name server lists them (-cluster when it knows
+      several), or on the brokers named by -broker; then wait until the
+      name server routes them. Consumers need their topics before Start.
+  txmsgctl topic check -namesrv HOST:PORT -topic NAME[,NAME...] [-queues N]
+                       [-cluster NAME | -broker ADDR[,ADDR...]]
+      Print each topic's queues per broker; fail when a topic does not
+      exist, misses a broker of the cluster, or (with -queues) has other
+      queue counts.
 
 IDs are txmsg IDs (msg_id). Flags may come before or after the IDs.
 Run "txmsgctl COMMAND -h" for a command's flags.
@@ -148,6 +162,18 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		return cmdPurge(ctx, e, rest)
 	case "serve":
 		return cmdServe(ctx, e, rest)
+	case "topic":
+		if len(rest) == 0 {
+			return usageError("topic needs a subcommand: create or check")
+		}
+		switch rest[0] {
+		case "create":
+			return cmdTopicCreate(ctx, e, rest[1:])
+		case "check":
+			return cmdTopicCheck(ctx, e, rest[1:])
+		default:
+			return usageError("unknown topic subcommand %q: want create or check", rest[0])
+		}
 	case "dead":
 		if len(rest) == 0 {
 			return usageError("dead needs a subcommand: list, show, requeue or purge")

@@ -1,0 +1,217 @@
+// Package rmqwire asks a RocketMQ name server two questions over its
+// remoting protocol, bounded by a context: a topic's route and the
+// cluster's brokers. The client library's own calls take no context and
+// wait up to 6 s per name server and topic, and the client reports a name
+// server that does not answer the same way as a topic that does not exist.
+package rmqwire
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"sync/atomic"
+	"time"
+)
+
+// Request codes and response codes of the remoting protocol.
+const (
+	codeGetRouteInfoByTopic  = 105
+	codeGetBrokerClusterInfo = 106
+	codeSuccess              = 0
+	codeTopicNotExist        = 17
+)
+
+// maxFrame bounds a response; a cluster description is a few KB.
+const maxFrame = 16 << 20
+
+// ErrTopicNotExist means the name server answered that it has no route
+// for the topic.
+var ErrTopicNotExist = errors.New("the name server has no route for the topic")
+
+// Answer is a name server's answer to a request.
+type Answer struct {
+	Code   int
+	Remark string
+	Body   []byte
+}
+
+type header struct {
+	Code      int               `json:"code"`
+	Language  string            `json:"language"`
+	Version   int               `json:"version"`
+	Opaque    int32             `json:"opaque"`
+	Flag      int               `json:"flag"`
+	Remark    string            `json:"remark,omitempty"`
+	ExtFields map[string]string `json:"extFields,omitempty"`
+}
+
+var opaque atomic.Int32
+
+// Invoke sends one request to addr and reads its answer. The whole
+// exchange (connect, TLS handshake, write, read) ends when ctx does; an
+// address that accepts connections but never answers costs no more.
+func Invoke(ctx context.Context, addr string, useTLS bool, code int, ext map[string]string) (*Answer, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if useTLS {
+		// As the client: its TLS does not verify the server's certificate.
+		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the client's own setting
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, ctxErr(ctx, err)
+		}
+		conn = tc
+	}
+	id := opaque.Add(1)
+	h, err := json.Marshal(header{Code: code, Language: "GO", Version: 317, Opaque: id, ExtFields: ext})
+	if err != nil {
+		return nil, err
+	}
+	frame := make([]byte, 8, 8+len(h))
+	binary.BigEndian.PutUint32(frame[0:4], uint32(4+len(h)))
+	binary.BigEndian.PutUint32(frame[4:8], uint32(len(h))) // serialization type 0: JSON
+	frame = append(frame, h...)
+	if _, err := conn.Write(frame); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	for {
+		var lens [8]byte
+		if _, err := io.ReadFull(conn, lens[:]); err != nil {
+			return nil, ctxErr(ctx, err)
+		}
+		total := binary.BigEndian.Uint32(lens[0:4])
+		hlen := binary.BigEndian.Uint32(lens[4:8]) & 0xFFFFFF
+		if total > maxFrame || hlen+4 > total {
+			return nil, fmt.Errorf("not a RocketMQ name server: bad frame from %s", addr)
+		}
+		if typ := lens[4]; typ != 0 {
+			return nil, fmt.Errorf("answer from %s in serialization %d, not JSON", addr, typ)
+		}
+		rest := make([]byte, total-4)
+		if _, err := io.ReadFull(conn, rest); err != nil {
+			return nil, ctxErr(ctx, err)
+		}
+		var rh header
+		if err := json.Unmarshal(rest[:hlen], &rh); err != nil {
+			return nil, fmt.Errorf("not a RocketMQ name server: answer from %s: %w", addr, err)
+		}
+		if rh.Opaque != id || rh.Flag&1 == 0 {
+			continue // not the answer to this request
+		}
+		return &Answer{Code: rh.Code, Remark: rh.Remark, Body: rest[hlen:]}, nil
+	}
+}
+
+// ctxErr returns ctx's cause, which says why a connect, read or write
+// failed, when ctx has ended, else err.
+func ctxErr(ctx context.Context, err error) error {
+	var ne net.Error
+	if _, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() {
+		// The connection's deadline is ctx's, which its timer may mark
+		// done a moment later.
+		<-ctx.Done()
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("no answer: %w", context.Cause(ctx))
+	}
+	return err
+}
+
+// QueueData is one broker's queues of a topic.
+type QueueData struct {
+	BrokerName     string `json:"brokerName"`
+	ReadQueueNums  int    `json:"readQueueNums"`
+	WriteQueueNums int    `json:"writeQueueNums"`
+	Perm           int    `json:"perm"`
+}
+
+// BrokerData is one broker (a master and its slaves) of a cluster.
+type BrokerData struct {
+	Cluster    string `json:"cluster"`
+	BrokerName string `json:"brokerName"`
+	// BrokerAddrs maps broker ID to address; ID 0 is the master.
+	BrokerAddrs map[string]string `json:"brokerAddrs"`
+}
+
+// Master returns the master's address, or "".
+func (b BrokerData) Master() string { return b.BrokerAddrs["0"] }
+
+// Route is a topic's route.
+type Route struct {
+	QueueDatas  []QueueData  `json:"queueDatas"`
+	BrokerDatas []BrokerData `json:"brokerDatas"`
+}
+
+// ClusterInfo is the name server's table of brokers.
+type ClusterInfo struct {
+	BrokerAddrTable  map[string]BrokerData `json:"brokerAddrTable"`
+	ClusterAddrTable map[string][]string   `json:"clusterAddrTable"`
+}
+
+// TopicRoute asks the name server at addr for topic's route. It returns an
+// error wrapping [ErrTopicNotExist] when the name server has none.
+func TopicRoute(ctx context.Context, addr string, useTLS bool, topic string) (*Route, error) {
+	a, err := Invoke(ctx, addr, useTLS, codeGetRouteInfoByTopic, map[string]string{"topic": topic})
+	if err != nil {
+		return nil, err
+	}
+	switch a.Code {
+	case codeSuccess:
+	case codeTopicNotExist:
+		return nil, fmt.Errorf("%w: %s", ErrTopicNotExist, topic)
+	default:
+		return nil, fmt.Errorf("route of %s: the name server answered code %d: %s", topic, a.Code, a.Remark)
+	}
+	var r Route
+	if err := decode(a.Body, &r); err != nil {
+		return nil, fmt.Errorf("route of %s: %w", topic, err)
+	}
+	return &r, nil
+}
+
+// Cluster asks the name server at addr for its brokers and clusters.
+func Cluster(ctx context.Context, addr string, useTLS bool) (*ClusterInfo, error) {
+	a, err := Invoke(ctx, addr, useTLS, codeGetBrokerClusterInfo, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Code != codeSuccess {
+		return nil, fmt.Errorf("cluster info: the name server answered code %d: %s", a.Code, a.Remark)
+	}
+	var ci ClusterInfo
+	if err := decode(a.Body, &ci); err != nil {
+		return nil, fmt.Errorf("cluster info: %w", err)
+	}
+	return &ci, nil
+}
+
+// numberKey matches an object key that is a bare number, as the name
+// server writes the broker ID keys of brokerAddrs ({0:"host:port"}).
+var numberKey = regexp.MustCompile(`([{,])(-?[0-9]+):`)
+
+// decode parses a name server's body: JSON but for bare number keys.
+func decode(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err == nil {
+		return nil
+	}
+	fixed := numberKey.ReplaceAll(body, []byte(`$1"$2":`))
+	if err := json.Unmarshal(fixed, v); err != nil {
+		return fmt.Errorf("cannot parse the name server's answer: %w (%.200q)", err, bytes.TrimSpace(body))
+	}
+	return nil
+}
