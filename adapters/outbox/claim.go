@@ -50,13 +50,23 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 }
 
 // beginCycle starts a cycle of either kind: it first applies the marks a
-// failed claim left (see remark), then runs a lease round when one is due,
+// failed claim left (see remark), then, unless the relay has handed its
+// buckets over for being cut off from the broker (see handOverIfCutOff),
+// runs a lease round when one is due,
 // and returns the cycle's result so far (the next lease round as its
 // retry time), the time it took as now, and the buckets this relay may
 // claim from.
 func (r *Relay) beginCycle(ctx context.Context) (res cycleResult, now time.Time, owned []int, err error) {
 	if err := r.remark(ctx); err != nil {
 		return res, now, nil, err
+	}
+	if !r.standby.until.IsZero() {
+		now = time.Now().UTC()
+		if now.Before(r.standby.until) {
+			res.retryAt(now, r.standby.until)
+			return res, now, nil, nil
+		}
+		r.rejoin("the relay handed its buckets over " + r.cfg.HandOverAfter.String() + " ago")
 	}
 	if err := r.maintainLeases(ctx); err != nil {
 		return res, now, nil, err

@@ -23,7 +23,9 @@ var ErrLagging = errors.New("outbox: relay is lagging")
 // [txmsg.ErrUnavailable] while the relay's publishes fail because the
 // broker or the route is unavailable (from the first cycle that only
 // waited for the broker to the first that published again), and
-// [ErrLagging] for lag. It is meant for readiness
+// [ErrLagging] for lag. A relay that has handed its buckets over for
+// being cut off from the broker (see [RelayConfig.HandOverAfter]) says
+// so, wrapping txmsg.ErrUnavailable, while it stands by. It is meant for readiness
 // and liveness probes and costs one query over the pending rows, bounded
 // by ctx.
 //
@@ -34,6 +36,11 @@ func (r *Relay) Health(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay %s is not running: %w", r.cfg.Name, txmsg.ErrNotStarted)
 	}
 	if o := r.unavailable.Load(); o != nil {
+		if !o.rejoin.IsZero() {
+			return fmt.Errorf("%w: relay %s cannot reach the broker since %s (%s) and has handed its buckets to the other relays; it tries again at %s: %s",
+				txmsg.ErrUnavailable, r.cfg.Name, o.since.UTC().Format(time.RFC3339), time.Since(o.since).Round(time.Second),
+				o.rejoin.UTC().Format(time.RFC3339), o.err)
+		}
 		return fmt.Errorf("%w: relay %s cannot reach the broker since %s (%s); %d rows wait without counting attempts: %s",
 			txmsg.ErrUnavailable, r.cfg.Name, o.since.UTC().Format(time.RFC3339), time.Since(o.since).Round(time.Second), o.waiting, o.err)
 	}
