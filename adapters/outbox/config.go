@@ -251,8 +251,9 @@ type RelayConfig struct {
 	HandOverAfter time.Duration
 	// SettleDelay is how old a keyed row must be before an ordered relay
 	// publishes it. It covers the moment between a row's id being assigned
-	// and the row appearing in the index, and must exceed the clock skew
-	// between writers and relays. Default [DefaultSettleDelay] (100 ms).
+	// and the row appearing in the index. The row's age is measured by the
+	// database's clock, as it was written, so the clocks of writers and
+	// relays do not matter. Default [DefaultSettleDelay] (100 ms).
 	SettleDelay time.Duration
 
 	// MaxLag is the age of the oldest pending row above which

@@ -78,6 +78,9 @@ type Relay struct {
 	// remarked counts the plans applied after their claim failed.
 	remarked atomic.Int64
 
+	// now is the relay's clock, time.Now; tests skew it.
+	now func() time.Time
+
 	// afterPublish, set by tests, runs after a batch is published and
 	// before it is marked. An error simulates a crash at that point: the
 	// claim transaction rolls back and Run returns the error.
@@ -123,6 +126,7 @@ func NewRelay(db *gorm.DB, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, 
 		db:  db,
 		pub: publisher,
 		cfg: cfg,
+		now: time.Now,
 		log: cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", cfg.Table),
 	}, nil
 }
@@ -338,16 +342,15 @@ const releaseLimit = 20
 // a row may go, never which row of a key goes first. A failure is logged
 // and otherwise ignored: the rows are due within MaxWaitBackoff anyway.
 func (r *Relay) releaseWaiting(ctx context.Context, why string) int64 {
-	now := time.Now().UTC()
-	owned := r.lease.usable(now, r.cfg.LeaseTTL)
+	owned := r.lease.usable(r.now(), r.cfg.LeaseTTL)
 	if len(owned) == 0 || ctx.Err() != nil {
 		return 0
 	}
 	res := r.db.WithContext(ctx).Table(r.cfg.Table).
-		Where("status = ? AND last_error LIKE ? AND next_attempt_at > ?", StatusPending, waitingPrefix+"%", now).
+		Where("status = ? AND last_error LIKE ? AND next_attempt_at > UTC_TIMESTAMP(6)", StatusPending, waitingPrefix+"%").
 		Where(r.inBuckets(r.db, owned)).
 		Limit(releaseLimit*r.cfg.BatchSize).
-		Update("next_attempt_at", now)
+		Update("next_attempt_at", gorm.Expr("UTC_TIMESTAMP(6)"))
 	if res.Error != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("cannot retry the rows waiting for the broker now; they retry on their own schedule", "why", why, "err", res.Error)
