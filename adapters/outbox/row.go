@@ -125,7 +125,8 @@ const (
 )
 
 // newRow builds the pending row for a message that passed Validate, and
-// checks that it fits the table's columns. The caller sets MsgID.
+// checks that it fits the table's columns. The caller sets MsgID. Its
+// times are now; the INSERT writes the database's clock instead.
 func newRow(m *txmsg.Message, buckets int, now time.Time) (*Row, error) {
 	props := "{}"
 	if len(m.Properties) > 0 {
