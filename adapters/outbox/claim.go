@@ -50,7 +50,9 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 }
 
 // beginCycle starts a cycle of either kind: it first applies the marks a
-// failed claim left (see remark), then runs a lease round when one is due,
+// failed claim left (see remark), then, unless the relay has handed its
+// buckets over for being cut off from the broker (see handOverIfCutOff),
+// runs a lease round when one is due,
 // and returns the cycle's result so far (the next lease round as its
 // retry time), the time it took as now, and the buckets this relay may
 // claim from.
@@ -58,10 +60,18 @@ func (r *Relay) beginCycle(ctx context.Context) (res cycleResult, now time.Time,
 	if err := r.remark(ctx); err != nil {
 		return res, now, nil, err
 	}
+	if !r.standby.until.IsZero() {
+		now = time.Now().UTC()
+		if now.Before(r.standby.until) {
+			res.retryAt(now, r.standby.until)
+			return res, now, nil, nil
+		}
+		r.rejoin("the relay handed its buckets over " + r.cfg.HandOverAfter.String() + " ago")
+	}
 	if err := r.maintainLeases(ctx); err != nil {
 		return res, now, nil, err
 	}
-	now = time.Now().UTC()
+	now = r.now().UTC()
 	res.retryAt(now, r.lease.next)
 	return res, now, r.lease.usable(now, r.cfg.LeaseTTL), nil
 }
@@ -97,7 +107,6 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 	var results []error
 	var plan *markPlan
 	err = r.inTx(ctx, func(tx *gorm.DB) error {
-		now := time.Now().UTC()
 		limit := r.claimLimit()
 		var found []*claimed
 		for _, part := range [][]int{hi, lo} {
@@ -105,7 +114,7 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 				continue
 			}
 			var got []*claimed
-			if err := r.dueIn(ctx, tx, part, now, limit-len(found)).Find(&got).Error; err != nil {
+			if err := r.dueIn(ctx, tx, part, limit-len(found)).Find(&got).Error; err != nil {
 				return fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
 			}
 			found = append(found, got...)
@@ -167,11 +176,12 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 
 // dueIn is the locking read of up to limit due rows in buckets, in index
 // order; with bucket 0 among them it also reads the buckets outside
-// [0, Buckets).
-func (r *Relay) dueIn(ctx context.Context, tx *gorm.DB, buckets []int, now time.Time, limit int) *gorm.DB {
+// [0, Buckets). Due is by the database's clock, as next_attempt_at is
+// written.
+func (r *Relay) dueIn(ctx context.Context, tx *gorm.DB, buckets []int, limit int) *gorm.DB {
 	return tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
-		Where("status = ?", StatusPending).Where(r.inBuckets(tx, buckets)).Where("next_attempt_at <= ?", now).
+		Where("status = ?", StatusPending).Where(r.inBuckets(tx, buckets)).Where("next_attempt_at <= UTC_TIMESTAMP(6)").
 		Order("bucket, next_attempt_at, id").Limit(limit)
 }
 
@@ -187,14 +197,17 @@ func (r *Relay) inBuckets(db *gorm.DB, buckets []int) *gorm.DB {
 }
 
 // metaColumns are the columns a claim reads: every column but the body,
-// and the body's length instead.
+// and the body's length instead, and the database's clock.
 const metaColumns = "id, msg_id, topic, tag, `keys`, sharding_key, bucket, properties, status, attempts, " +
-	"next_attempt_at, last_error, created_at, updated_at, sent_at, LENGTH(body) AS body_size"
+	"next_attempt_at, last_error, created_at, updated_at, sent_at, LENGTH(body) AS body_size, UTC_TIMESTAMP(6) AS db_now"
 
 // claimed is a claimed row without its body.
 type claimed struct {
 	Row
 	BodySize int `gorm:"column:body_size"`
+	// DBNow is the database's clock when the row was read, read as the
+	// row's times are.
+	DBNow time.Time `gorm:"column:db_now"`
 }
 
 // split separates claimed rows and their body sizes, and keeps their mean
@@ -501,10 +514,11 @@ type failGroup struct {
 const waitingPrefix = "waiting for the broker: "
 
 // markPlan is the update of a claim's rows that records what its
-// Publish calls did. Its values are absolute, computed once from the rows
-// as claimed (a failed row's attempts are the claimed count plus one, its
-// next attempt a time, not a delay), so applying it twice leaves the rows
-// as applying it once.
+// Publish calls did. Its values are computed once from the rows as
+// claimed (a failed row's attempts are the claimed count plus one, its
+// backoff drawn once) and its times are the database's clock when it is
+// applied; applied again, it changes only the rows still as claimed (see
+// applyMarks), so applying it twice leaves the rows as applying it once.
 type markPlan struct {
 	updates []markUpdate
 	// sent counts the rows published.
@@ -538,7 +552,7 @@ func (p *markPlan) rows() int {
 // dead. Rows not tried are left out. It counts the cycle's results and
 // logs the failures, once per batch.
 func (r *Relay) planMarks(rows []*Row, results []error) *markPlan {
-	now := time.Now().UTC()
+	dbTime := gorm.Expr("UTC_TIMESTAMP(6)")
 	p := &markPlan{}
 	var sent []*Row
 	groups := map[failGroup][]*Row{}
@@ -591,8 +605,8 @@ func (r *Relay) planMarks(rows []*Row, results []error) *markPlan {
 			what: fmt.Sprintf("mark %d rows sent", len(sent)),
 			set: map[string]any{
 				"status":     StatusSent,
-				"sent_at":    now,
-				"updated_at": now,
+				"sent_at":    dbTime,
+				"updated_at": dbTime,
 				"last_error": "",
 			},
 			rows: sent,
@@ -603,7 +617,7 @@ func (r *Relay) planMarks(rows []*Row, results []error) *markPlan {
 		set := map[string]any{
 			"attempts":   g.attempts,
 			"last_error": g.msg,
-			"updated_at": now,
+			"updated_at": dbTime,
 		}
 		var d time.Duration
 		switch {
@@ -615,7 +629,7 @@ func (r *Relay) planMarks(rows []*Row, results []error) *markPlan {
 			d = jitter(expBackoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, g.attempts))
 		}
 		if !g.dead {
-			set["next_attempt_at"] = now.Add(d)
+			set["next_attempt_at"] = gorm.Expr("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)", d.Microseconds())
 			if retryIn == 0 || d < retryIn {
 				retryIn = d
 			}

@@ -34,6 +34,9 @@ const (
 	DefaultMaxLag         = 5 * time.Minute
 )
 
+// handOverTTLs is RelayConfig.HandOverAfter's default in lease TTLs.
+const handOverTTLs = 3
+
 // maxBuckets keeps the lease table small enough to read whole each round.
 const maxBuckets = 1024
 
@@ -231,10 +234,26 @@ type RelayConfig struct {
 	// relay's share and takes free ones up to it. Every relay of a table
 	// should use the same LeaseTTL. Default [DefaultLeaseTTL] (10 s).
 	LeaseTTL time.Duration
+	// HandOverAfter is how long a relay's publishes may keep failing
+	// because the broker or the route is unavailable (see MaxAttempts)
+	// before it hands its buckets to the other relays of the table: a
+	// relay that reaches the database but not the broker would otherwise
+	// renew its leases and hold its share of the rows, and its keys, for
+	// the whole outage while other relays could publish them. It releases
+	// its buckets and deregisters (only while another relay is live; a
+	// relay alone keeps its buckets), and Health reports it. It joins the
+	// lease rounds again after HandOverAfter, or at once when its
+	// Publisher signals a broker's return ([txmsg.BrokerReturnNotifier]),
+	// and takes buckets again; if its first publishes still fail, it
+	// hands them over again at once. When every relay of a table is cut
+	// off, they thus take turns holding the buckets. Default 3 × LeaseTTL;
+	// negative means never.
+	HandOverAfter time.Duration
 	// SettleDelay is how old a keyed row must be before an ordered relay
 	// publishes it. It covers the moment between a row's id being assigned
-	// and the row appearing in the index, and must exceed the clock skew
-	// between writers and relays. Default [DefaultSettleDelay] (100 ms).
+	// and the row appearing in the index. The row's age is measured by the
+	// database's clock, as it was written, so the clocks of writers and
+	// relays do not matter. Default [DefaultSettleDelay] (100 ms).
 	SettleDelay time.Duration
 
 	// MaxLag is the age of the oldest pending row above which
@@ -297,6 +316,7 @@ func (c *RelayConfig) validate() error {
 	setDefault(&c.PurgeBatch, DefaultPurgeBatch)
 	setDefault(&c.Buckets, DefaultBuckets)
 	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
+	setDefault(&c.HandOverAfter, handOverTTLs*c.LeaseTTL)
 	setDefault(&c.SettleDelay, DefaultSettleDelay)
 	setDefault(&c.MaxLag, DefaultMaxLag)
 	if c.MaxBackoff < c.MinBackoff {

@@ -23,7 +23,9 @@ var ErrLagging = errors.New("outbox: relay is lagging")
 // [txmsg.ErrUnavailable] while the relay's publishes fail because the
 // broker or the route is unavailable (from the first cycle that only
 // waited for the broker to the first that published again), and
-// [ErrLagging] for lag. It is meant for readiness
+// [ErrLagging] for lag. A relay that has handed its buckets over for
+// being cut off from the broker (see [RelayConfig.HandOverAfter]) says
+// so, wrapping txmsg.ErrUnavailable, while it stands by. It is meant for readiness
 // and liveness probes and costs one query over the pending rows, bounded
 // by ctx.
 //
@@ -34,19 +36,25 @@ func (r *Relay) Health(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay %s is not running: %w", r.cfg.Name, txmsg.ErrNotStarted)
 	}
 	if o := r.unavailable.Load(); o != nil {
+		if !o.rejoin.IsZero() {
+			return fmt.Errorf("%w: relay %s cannot reach the broker since %s (%s) and has handed its buckets to the other relays; it tries again at %s: %s",
+				txmsg.ErrUnavailable, r.cfg.Name, o.since.UTC().Format(time.RFC3339), time.Since(o.since).Round(time.Second),
+				o.rejoin.UTC().Format(time.RFC3339), o.err)
+		}
 		return fmt.Errorf("%w: relay %s cannot reach the broker since %s (%s); %d rows wait without counting attempts: %s",
 			txmsg.ErrUnavailable, r.cfg.Name, o.since.UTC().Format(time.RFC3339), time.Since(o.since).Round(time.Second), o.waiting, o.err)
 	}
-	var row struct{ Oldest sql.NullTime }
+	// The lag by the database's clock, with which created_at is written.
+	var row struct{ Lag sql.NullInt64 }
 	err := r.db.WithContext(ctx).Table(r.cfg.Table).Where("status = ?", StatusPending).
-		Select("MIN(created_at) AS oldest").Scan(&row).Error
+		Select("TIMESTAMPDIFF(MICROSECOND, MIN(created_at), " + dbClock + ") AS lag").Scan(&row).Error
 	if err != nil {
 		return fmt.Errorf("outbox: relay %s: database: %w", r.cfg.Name, err)
 	}
-	if r.cfg.MaxLag < 0 || !row.Oldest.Valid {
+	if r.cfg.MaxLag < 0 || !row.Lag.Valid {
 		return nil
 	}
-	if lag := time.Since(row.Oldest.Time); lag > r.cfg.MaxLag {
+	if lag := time.Duration(row.Lag.Int64) * time.Microsecond; lag > r.cfg.MaxLag {
 		return fmt.Errorf("%w: the oldest pending row of %s is %s old (MaxLag %s)", ErrLagging, r.cfg.Table, lag.Round(time.Second), r.cfg.MaxLag)
 	}
 	return nil

@@ -62,7 +62,7 @@ func (o *Outbox) List(ctx context.Context, f ListFilter) ([]Row, error) {
 		q = q.Where(keyMatch("keys", f.Key, "msg_id", "sharding_key"))
 	}
 	if f.OlderThan > 0 {
-		q = q.Where(clause.Lt{Column: clause.Column{Name: "created_at"}, Value: time.Now().UTC().Add(-f.OlderThan)})
+		q = q.Where("created_at < DATE_SUB("+dbClock+", INTERVAL ? MICROSECOND)", f.OlderThan.Microseconds())
 	}
 	if f.AfterID > 0 {
 		q = q.Where(clause.Gt{Column: clause.Column{Name: "id"}, Value: f.AfterID})

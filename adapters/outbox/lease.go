@@ -77,9 +77,14 @@ const forgetAfter = 10
 // nothing but makes this relay visible to relays of earlier releases.
 // An ask not renewed within LeaseTTL belongs to a relay presumed dead and
 // is ignored. A relay at its share withdraws its asks.
+//
+// Every time two relays compare is the database's: leases expire, asks go
+// stale and relays stop counting by UTC_TIMESTAMP(6), so neither the
+// relays' clocks nor their DSNs' time zones (loc) matter. The relay keeps
+// its own leases by its own clock, from before the round began.
 func (r *Relay) maintainLeases(ctx context.Context) error {
-	now := time.Now().UTC()
-	if now.Before(r.lease.next) {
+	local := r.now()
+	if local.Before(r.lease.next) {
 		return nil
 	}
 	// A new session, so that each statement below starts from the table
@@ -91,7 +96,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		}
 		r.lease.ready = true
 	}
-	seen, err := r.register(ctx, now)
+	seen, err := r.register(ctx)
 	if err != nil {
 		return err
 	}
@@ -99,7 +104,10 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 	if err := db.Where("bucket < ?", r.cfg.Buckets).Order("bucket").Find(&all).Error; err != nil {
 		return fmt.Errorf("outbox: read leases: %w", err)
 	}
-	now = time.Now().UTC()
+	now, err := dbNow(ctx, r.db)
+	if err != nil {
+		return err
+	}
 	self := r.cfg.Name
 	staleAsk := now.Add(-r.cfg.LeaseTTL)
 	fresh := func(l Lease) bool { return l.WantedBy != "" && l.WantedAt.After(staleAsk) }
@@ -126,7 +134,10 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		r.log.Debug("fair share", "relays", len(members), "share", share[self])
 		r.lease.members, r.lease.share = len(members), share[self]
 	}
-	expires := now.Add(r.cfg.LeaseTTL)
+	expires := gorm.Expr("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)", r.cfg.LeaseTTL.Microseconds())
+	// This relay's own view of its leases: they end by its clock no later
+	// than by the database's.
+	mineUntil := local.Add(r.cfg.LeaseTTL)
 	var mine, free, others []Lease
 	for _, l := range all {
 		switch {
@@ -186,7 +197,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 			return fmt.Errorf("outbox: renew lease of bucket %d: %w", l.Bucket, res.Error)
 		}
 		if res.RowsAffected == 1 {
-			owned[l.Bucket] = expires
+			owned[l.Bucket] = mineUntil
 		}
 	}
 	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
@@ -194,13 +205,13 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		if len(owned) >= share[self] {
 			break
 		}
-		res := db.Where("bucket = ? AND (owner = '' OR expires_at <= ?)", l.Bucket, now).
+		res := db.Where("bucket = ? AND (owner = '' OR expires_at <= UTC_TIMESTAMP(6))", l.Bucket).
 			Updates(map[string]any{"owner": self, "expires_at": expires, "wanted_by": ""})
 		if res.Error != nil {
 			return fmt.Errorf("outbox: acquire bucket %d: %w", l.Bucket, res.Error)
 		}
 		if res.RowsAffected == 1 {
-			owned[l.Bucket] = expires
+			owned[l.Bucket] = mineUntil
 			r.log.Debug("bucket acquired", "bucket", l.Bucket, "previous_owner", l.Owner)
 		}
 	}
@@ -222,8 +233,9 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 			}
 			// A new ask, a renewal of this relay's own, or one replacing a
 			// stale ask.
-			res := db.Where("bucket = ? AND owner = ? AND (wanted_by = '' OR wanted_by = ? OR wanted_at <= ?)", l.Bucket, l.Owner, self, staleAsk).
-				Updates(map[string]any{"wanted_by": self, "wanted_at": now})
+			res := db.Where("bucket = ? AND owner = ? AND (wanted_by = '' OR wanted_by = ? OR wanted_at <= DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND))",
+				l.Bucket, l.Owner, self, r.cfg.LeaseTTL.Microseconds()).
+				Updates(map[string]any{"wanted_by": self, "wanted_at": gorm.Expr("UTC_TIMESTAMP(6)")})
 			if res.Error != nil {
 				return fmt.Errorf("outbox: ask for bucket %d: %w", l.Bucket, res.Error)
 			}
@@ -243,7 +255,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 	}
 	r.forget(ctx, seen, now)
 	r.lease.owned = owned
-	r.lease.next = now.Add(r.cfg.LeaseTTL / 3)
+	r.lease.next = local.Add(r.cfg.LeaseTTL / 3)
 	r.leaseRounds.Add(1)
 	return nil
 }
@@ -275,17 +287,15 @@ func shares(buckets int, members map[string]bool, held map[string]int) map[strin
 	return out
 }
 
-// register writes this relay's row into the relay table and returns the
-// table's rows. While the relay table does not exist (tables of an earlier
-// release that Migrate has not updated yet) it warns once and returns
-// none: the relays are then counted from the lease rows alone, as earlier
-// releases do.
-func (r *Relay) register(ctx context.Context, now time.Time) ([]Member, error) {
+// register writes this relay's row, with the database's time, into the
+// relay table and returns the table's rows. While the relay table does not
+// exist (tables of an earlier release that Migrate has not updated yet) it
+// warns once and returns none: the relays are then counted from the lease
+// rows alone, as earlier releases do.
+func (r *Relay) register(ctx context.Context) ([]Member, error) {
 	db := r.db.WithContext(ctx).Table(r.relayTable()).Session(&gorm.Session{})
-	err := db.Clauses(clause.OnConflict{
-		Columns:   []clause.Column{{Name: "name"}},
-		DoUpdates: clause.AssignmentColumns([]string{"seen_at"}),
-	}).Create(&Member{Name: r.cfg.Name, SeenAt: now}).Error
+	err := db.Exec("INSERT INTO `"+r.relayTable()+"` (name, seen_at) VALUES (?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE seen_at = UTC_TIMESTAMP(6)",
+		r.cfg.Name).Error
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me) && me.Number == errNoSuchTable:
@@ -317,7 +327,9 @@ func (r *Relay) forget(ctx context.Context, seen []Member, now time.Time) {
 	cutoff := now.Add(-forgetAfter * r.cfg.LeaseTTL)
 	for _, m := range seen {
 		if m.SeenAt.Before(cutoff) {
-			err := r.db.WithContext(ctx).Table(r.relayTable()).Where("seen_at < ?", cutoff).Delete(&Member{}).Error
+			err := r.db.WithContext(ctx).Table(r.relayTable()).
+				Where("seen_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)", (forgetAfter * r.cfg.LeaseTTL).Microseconds()).
+				Delete(&Member{}).Error
 			if err != nil {
 				r.log.Warn("cannot delete the rows of relays long gone", "err", err, "relay_table", r.relayTable())
 			}
@@ -376,4 +388,16 @@ func (r *Relay) releaseLeases(ctx context.Context) {
 		}
 		r.lease.registered = false
 	}
+}
+
+// dbNow returns the database's clock, UTC_TIMESTAMP(6), read as the
+// handle reads every DATETIME: compared with the times the tables hold,
+// it gives the same answer whatever the handle's time zone (loc) and the
+// host's clock.
+func dbNow(ctx context.Context, db *gorm.DB) (time.Time, error) {
+	var now time.Time
+	if err := db.WithContext(ctx).Raw("SELECT UTC_TIMESTAMP(6)").Row().Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("outbox: read the database's clock: %w", err)
+	}
+	return now, nil
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Stats is a snapshot of the outbox table.
@@ -22,17 +24,19 @@ type Stats struct {
 }
 
 // Stats counts the rows by status, the pending rows waiting for the
-// broker, and measures the oldest pending row, in one statement.
+// broker, and measures the oldest pending row by the database's clock, in
+// one statement.
 func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var groups []struct {
 		Status  Status
 		N       int64
-		Oldest  sql.NullTime
+		Age     sql.NullInt64
 		Waiting int64
 	}
 	err := o.q.WithContext(ctx).Table(o.cfg.Table).
-		Select("status, COUNT(*) AS n, MIN(created_at) AS oldest, COALESCE(SUM(last_error LIKE ?), 0) AS waiting", waitingPrefix+"%").
+		Select("status, COUNT(*) AS n, TIMESTAMPDIFF(MICROSECOND, MIN(created_at), "+dbClock+") AS age, "+
+			"COALESCE(SUM(last_error LIKE ?), 0) AS waiting", waitingPrefix+"%").
 		Group("status").Scan(&groups).Error
 	if err != nil {
 		return s, fmt.Errorf("outbox: stats of %s: %w", o.cfg.Table, err)
@@ -42,8 +46,8 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 		case StatusPending:
 			s.Pending = g.N
 			s.Waiting = g.Waiting
-			if g.Oldest.Valid {
-				s.OldestPending = max(time.Since(g.Oldest.Time), 0)
+			if g.Age.Valid {
+				s.OldestPending = max(time.Duration(g.Age.Int64)*time.Microsecond, 0)
 			}
 		case StatusSent:
 			s.Sent = g.N
@@ -81,7 +85,7 @@ func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	now := time.Now().UTC()
+	now := gorm.Expr(dbClock)
 	res := o.q.WithContext(ctx).Table(o.cfg.Table).
 		Where("status = ? AND msg_id IN ?", StatusDead, ids).
 		Updates(map[string]any{

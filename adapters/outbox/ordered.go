@@ -80,7 +80,9 @@ func (r *Relay) claimBucket(ctx context.Context, bucket int) (cycleResult, error
 		}
 		var sizes []int
 		rows, sizes = r.split(found)
-		rounds := r.planRounds(rows, time.Now().UTC(), &res)
+		// The database's clock, against which the rows' times were
+		// written, by whatever writer and in whatever time zone.
+		rounds := r.planRounds(rows, found[0].DBNow, &res)
 		results = notTried(len(rows))
 		b := r.newBudget()
 		stopped := map[string]bool{}
@@ -156,7 +158,7 @@ const maxClaimRounds = 64
 // quarter of its TTL left, enough to start another round.
 func (r *Relay) leaseHeld(bucket int) bool {
 	exp, ok := r.lease.owned[bucket]
-	return ok && time.Until(exp) > r.cfg.LeaseTTL/4
+	return ok && exp.Sub(r.now()) > r.cfg.LeaseTTL/4
 }
 
 // extraWindows is how many more windows of BatchSize rows an ordered relay

@@ -29,7 +29,11 @@ func (o *Outbox) purge(ctx context.Context, status Status, olderThan time.Durati
 	if olderThan < 0 {
 		return 0, fmt.Errorf("outbox: purge needs an age of zero or more, not %v", olderThan)
 	}
-	n, err := purgeRows(ctx, o.q, o.cfg.Table, status, time.Now().UTC().Add(-olderThan), batch)
+	now, err := dbNow(ctx, o.q)
+	if err != nil {
+		return 0, err
+	}
+	n, err := purgeRows(ctx, o.q, o.cfg.Table, status, now.Add(-olderThan), batch)
 	if n > 0 {
 		o.log.Info("purged rows", "rows", n, "state", status, "older_than", olderThan)
 	}
@@ -46,6 +50,16 @@ func purgeRows(ctx context.Context, db *gorm.DB, table string, status Status, cu
 	return n, nil
 }
 
+// purgeSent deletes sent rows older than Retention by the database's
+// clock, with which their updated_at was written.
+func (r *Relay) purgeSent(ctx context.Context) (int64, error) {
+	now, err := dbNow(ctx, r.db)
+	if err != nil {
+		return 0, err
+	}
+	return purgeRows(ctx, r.db, r.cfg.Table, StatusSent, now.Add(-r.cfg.Retention), r.cfg.PurgeBatch)
+}
+
 // purgeLoop deletes sent rows older than Retention, at start and every
 // PurgeInterval, until ctx ends. Several relays may purge at once: each
 // statement deletes a small batch by primary key, so they only share work.
@@ -53,7 +67,7 @@ func (r *Relay) purgeLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.PurgeInterval)
 	defer t.Stop()
 	for {
-		n, err := purgeRows(ctx, r.db, r.cfg.Table, StatusSent, time.Now().UTC().Add(-r.cfg.Retention), r.cfg.PurgeBatch)
+		n, err := r.purgeSent(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return

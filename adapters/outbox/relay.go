@@ -60,6 +60,15 @@ type Relay struct {
 		released bool
 	}
 	unavailable atomic.Pointer[outageState]
+	// standby is set while the relay has handed its buckets over for
+	// being cut off from the broker (see RelayConfig.HandOverAfter):
+	// until is when it joins the lease rounds again. probing is set from
+	// then until it publishes: a cycle that only waits for the broker
+	// meanwhile hands the buckets over again at once. Run's goroutine.
+	standby struct {
+		until   time.Time
+		probing bool
+	}
 	// meanBody is the mean body size of the last claim (Run's goroutine).
 	meanBody int
 
@@ -69,6 +78,9 @@ type Relay struct {
 	unmarked *markPlan
 	// remarked counts the plans applied after their claim failed.
 	remarked atomic.Int64
+
+	// now is the relay's clock, time.Now; tests skew it.
+	now func() time.Time
 
 	// afterPublish, set by tests, runs after a batch is published and
 	// before it is marked. An error simulates a crash at that point: the
@@ -85,6 +97,9 @@ type outageState struct {
 	since   time.Time
 	waiting int
 	err     string
+	// rejoin, when set, is when the relay, which has handed its buckets
+	// over, joins the lease rounds again.
+	rejoin time.Time
 }
 
 // crashError carries afterPublish's error out of Run.
@@ -116,6 +131,7 @@ func NewRelay(db *gorm.DB, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, 
 		db:  store.Quiet(db), // every statement of the relay is its own
 		pub: publisher,
 		cfg: cfg,
+		now: time.Now,
 		log: cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", cfg.Table),
 	}, nil
 }
@@ -165,6 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); r.purgeLoop(bg) }()
 	}
 	r.lease = leaseState{owned: map[int]time.Time{}}
+	r.standby.until, r.standby.probing = time.Time{}, false
 	defer r.releaseLeases(ctx)
 	// Before the leases go: marks still held are applied while no other
 	// relay can claim their rows.
@@ -206,6 +223,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		if sleep(ctx, wake, back, d) == wokeBack {
 			r.outage.wait = 0
+			if !r.standby.until.IsZero() {
+				r.rejoin("the publisher signalled a broker's return")
+				continue
+			}
 			r.releaseWaiting(ctx, "the publisher signalled a broker's return")
 		}
 	}
@@ -221,9 +242,15 @@ func (r *Relay) Run(ctx context.Context) error {
 //
 // The first cycle of an outage that publishes again makes the rows of
 // the relay's buckets that still wait for the broker due at once; then
-// trackOutage returns true: the next cycle should start now.
+// trackOutage returns true: the next cycle should start now. A relay
+// whose publishes have failed for HandOverAfter hands its buckets over
+// (see handOver); its outage then ends only when it publishes again.
 func (r *Relay) trackOutage(ctx context.Context) (again bool) {
 	c := r.cycle
+	if c.sent > 0 {
+		r.standby.probing = false
+	}
+	defer r.handOverIfCutOff(ctx)
 	if c.sent > 0 && r.outage.streak > 0 && !r.outage.released {
 		r.outage.released = true
 		again = r.releaseWaiting(ctx, "the relay publishes again") > 0
@@ -239,12 +266,72 @@ func (r *Relay) trackOutage(ctx context.Context) (again bool) {
 		r.outage.streak++
 		r.outage.wait++
 		r.unavailable.Store(&outageState{since: r.outage.since, waiting: c.waiting, err: c.err.Error()})
-	case c.waiting == 0 && r.outage.streak > 0 && (c.sent > 0 || !r.rowsWaiting(ctx)):
+	case c.waiting == 0 && r.outage.streak > 0 && (c.sent > 0 || (r.standby.until.IsZero() && !r.rowsWaiting(ctx))):
 		r.log.Info("broker available again", "unavailable_for", time.Since(r.outage.since).Round(time.Millisecond))
 		r.outage.streak, r.outage.wait = 0, 0
 		r.unavailable.Store(nil)
 	}
 	return again
+}
+
+// handOverIfCutOff hands the relay's buckets over when its last cycle
+// only waited for the broker and its publishes have failed for
+// HandOverAfter, or since it joined the lease rounds again after handing
+// them over. A relay that reaches the database but not the broker would
+// otherwise renew its leases, and keep its rows and keys from the other
+// relays, for as long as the outage lasts. It does so only while another
+// relay is live (a relay alone has nobody to hand them to) and holds no
+// marks to apply again (which need its leases).
+//
+// The relay releases its leases, withdraws its asks and deletes its row
+// of the relay table, all between batches, holding no lock in any bucket:
+// the other relays count one relay fewer and take the buckets at their
+// next lease round. It then runs no lease round and claims nothing until
+// HandOverAfter has passed or its publisher signals a broker's return;
+// Health reports the outage all along.
+func (r *Relay) handOverIfCutOff(ctx context.Context) {
+	c, o := r.cycle, &r.outage
+	if r.cfg.HandOverAfter < 0 || c.waiting == 0 || c.sent > 0 || !r.standby.until.IsZero() || r.unmarked != nil || ctx.Err() != nil {
+		return
+	}
+	if !r.standby.probing && time.Since(o.since) < r.cfg.HandOverAfter {
+		return
+	}
+	if r.lease.members < 2 {
+		return
+	}
+	held := len(r.lease.owned)
+	r.releaseLeases(ctx)
+	err := r.db.WithContext(ctx).Table(r.leaseTable()).Where("bucket < ? AND wanted_by = ?", r.cfg.Buckets, r.cfg.Name).
+		Updates(map[string]any{"wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()}).Error
+	if err != nil {
+		r.log.Warn("cannot withdraw this relay's asks for buckets; they lapse after the lease TTL", "err", err)
+	}
+	r.lease.next = time.Time{}
+	r.standby.until = time.Now().Add(r.cfg.HandOverAfter)
+	r.standby.probing = false
+	r.log.Warn("broker unavailable for too long; buckets handed to the other relays",
+		"unavailable_for", time.Since(o.since).Round(time.Millisecond), "buckets", held, "relays", r.lease.members,
+		"rejoin_in", r.cfg.HandOverAfter, "err", c.err)
+	if s := r.unavailable.Load(); s != nil {
+		next := *s
+		next.rejoin = r.standby.until
+		r.unavailable.Store(&next)
+	}
+}
+
+// rejoin ends the relay's standby: it joins the lease rounds at its next
+// cycle, and hands the buckets it gets over again at once if its
+// publishes still fail.
+func (r *Relay) rejoin(why string) {
+	r.standby.until = time.Time{}
+	r.standby.probing = true
+	r.log.Info("joining the lease rounds again to try the broker", "why", why)
+	if s := r.unavailable.Load(); s != nil {
+		next := *s
+		next.rejoin = time.Time{}
+		r.unavailable.Store(&next)
+	}
 }
 
 // releaseLimit bounds the rows one release makes due, in batches of the
@@ -260,16 +347,15 @@ const releaseLimit = 20
 // a row may go, never which row of a key goes first. A failure is logged
 // and otherwise ignored: the rows are due within MaxWaitBackoff anyway.
 func (r *Relay) releaseWaiting(ctx context.Context, why string) int64 {
-	now := time.Now().UTC()
-	owned := r.lease.usable(now, r.cfg.LeaseTTL)
+	owned := r.lease.usable(r.now(), r.cfg.LeaseTTL)
 	if len(owned) == 0 || ctx.Err() != nil {
 		return 0
 	}
 	res := r.db.WithContext(ctx).Table(r.cfg.Table).
-		Where("status = ? AND last_error LIKE ? AND next_attempt_at > ?", StatusPending, waitingPrefix+"%", now).
+		Where("status = ? AND last_error LIKE ? AND next_attempt_at > UTC_TIMESTAMP(6)", StatusPending, waitingPrefix+"%").
 		Where(r.inBuckets(r.db, owned)).
 		Limit(releaseLimit*r.cfg.BatchSize).
-		Update("next_attempt_at", now)
+		Update("next_attempt_at", gorm.Expr("UTC_TIMESTAMP(6)"))
 	if res.Error != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("cannot retry the rows waiting for the broker now; they retry on their own schedule", "why", why, "err", res.Error)

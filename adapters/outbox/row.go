@@ -41,7 +41,10 @@ const (
 )
 
 // Row is one message in the outbox table. outbox.sql holds the same table
-// as MySQL/MariaDB DDL. The identifier columns (msg_id, topic, tag, keys,
+// as MySQL/MariaDB DDL. Its times, and those of [Lease] and [Member], are
+// written with the database's clock in UTC (UTC_TIMESTAMP), so that the
+// writers' and relays' clocks and their DSNs' time zones (loc) do not
+// matter; the driver reads them in the DSN's loc. The identifier columns (msg_id, topic, tag, keys,
 // sharding_key) are VARBINARY so that they compare byte for byte whatever
 // the database's collation; their sizes are bytes, which newRow and
 // Message.Validate check.
@@ -91,7 +94,8 @@ type Lease struct {
 	Bucket int `gorm:"size:32;primaryKey;autoIncrement:false"`
 	// Owner is the name of the relay holding the bucket; empty when free.
 	Owner string `gorm:"type:varbinary(255);size:255;not null;default:''"`
-	// ExpiresAt is when the lease lapses unless renewed.
+	// ExpiresAt is when the lease lapses unless renewed (the database's
+	// clock).
 	ExpiresAt time.Time `gorm:"precision:6;not null"`
 	// WantedBy names a relay that asked the owner to hand the bucket over.
 	WantedBy string `gorm:"type:varbinary(255);size:255;not null;default:''"`
@@ -108,7 +112,8 @@ type Lease struct {
 type Member struct {
 	// Name is the relay's name (RelayConfig.Name).
 	Name string `gorm:"type:varbinary(255);size:255;primaryKey;not null"`
-	// SeenAt is when the relay last ran a lease round, by its own clock.
+	// SeenAt is when the relay last ran a lease round, by the database's
+	// clock (UTC_TIMESTAMP).
 	SeenAt time.Time `gorm:"precision:6;not null"`
 }
 
@@ -120,7 +125,8 @@ const (
 )
 
 // newRow builds the pending row for a message that passed Validate, and
-// checks that it fits the table's columns. The caller sets MsgID.
+// checks that it fits the table's columns. The caller sets MsgID. Its
+// times are now; the INSERT writes the database's clock instead.
 func newRow(m *txmsg.Message, buckets int, now time.Time) (*Row, error) {
 	props := "{}"
 	if len(m.Properties) > 0 {

@@ -157,6 +157,8 @@ func TestUnorderedRelayJoins(t *testing.T) {
 const (
 	killChildDSN = "TXMSG_TEST_KILL_CHILD_DSN"
 	killChildTTL = 2 * time.Second
+	// killChildSkew, when set, is a duration the child relay's clock is ahead by.
+	killChildSkew = "TXMSG_TEST_KILL_CHILD_SKEW"
 )
 
 // TestUnorderedKilledRelayHandsOver: a relay in a child process owns every
@@ -212,6 +214,11 @@ func TestUnorderedKilledRelayChild(t *testing.T) {
 	require.NoError(t, err)
 	r, err := NewRelay(db, slowPublisher{}, RelayConfig{Name: "child", BatchSize: 10, LeaseTTL: killChildTTL, Logger: testLogger(t)})
 	require.NoError(t, err)
+	if s := os.Getenv(killChildSkew); s != "" {
+		skew, err := time.ParseDuration(s)
+		require.NoError(t, err)
+		r.now = func() time.Time { return time.Now().Add(skew) }
+	}
 	require.NoError(t, r.Run(context.Background()))
 }
 
@@ -296,11 +303,12 @@ type killChild struct {
 
 // startKillChild starts a killChild; it is killed, if still running, when
 // t ends, and its output is logged when t failed.
-func startKillChild(t *testing.T, e *env) *killChild {
+// Extra environment variables (NAME=value) go to the child.
+func startKillChild(t *testing.T, e *env, environ ...string) *killChild {
 	t.Helper()
 	c := &killChild{exited: make(chan struct{}), out: &strings.Builder{}}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^TestUnorderedKilledRelayChild$", "-test.v", "-test.count=1")
-	c.cmd.Env = append(os.Environ(), killChildDSN+"="+e.dsn)
+	c.cmd.Env = append(append(os.Environ(), killChildDSN+"="+e.dsn), environ...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	require.NoError(t, c.cmd.Start())
 	go func() { _ = c.cmd.Wait(); close(c.exited) }()

@@ -201,8 +201,22 @@ func (o *Outbox) insertChunk(ctx context.Context, tx *gorm.DB, chunk []*Row) err
 			return tx.WithContext(ctx).Exec(q).Error
 		}
 	}
-	return tx.WithContext(ctx).Table(o.cfg.Table).Create(&chunk).Error
+	values := make([]map[string]any, len(chunk))
+	for i, r := range chunk {
+		values[i] = map[string]any{
+			"msg_id": r.MsgID, "topic": r.Topic, "tag": r.Tag, "keys": r.Keys, "sharding_key": r.ShardingKey,
+			"bucket": r.Bucket, "body": r.Body, "properties": r.Properties, "status": r.Status, "attempts": r.Attempts,
+			"next_attempt_at": gorm.Expr(dbClock), "last_error": r.LastError,
+			"created_at": gorm.Expr(dbClock), "updated_at": gorm.Expr(dbClock), "sent_at": r.SentAt,
+		}
+	}
+	return tx.WithContext(ctx).Table(o.cfg.Table).Create(&values).Error
 }
+
+// dbClock is the database's clock in UTC: a row's times are written with
+// it, as the relays compare them with it, so that neither the hosts'
+// clocks nor the DSNs' time zones (loc) shift when a row is due.
+const dbClock = "UTC_TIMESTAMP(6)"
 
 // literalInsert is chunk's INSERT with every value a literal; fits is
 // false when it would exceed store.MaxLiteralBytes.
@@ -244,13 +258,13 @@ func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row) (q string, fits
 		b = append(b, ',')
 		b = lit.Int(b, int64(r.Attempts))
 		b = append(b, ',')
-		b = lit.Time(b, r.NextAttemptAt)
+		b = append(b, dbClock...)
 		b = append(b, ',')
 		b = lit.String(b, r.LastError)
 		b = append(b, ',')
-		b = lit.Time(b, r.CreatedAt)
+		b = append(b, dbClock...)
 		b = append(b, ',')
-		b = lit.Time(b, r.UpdatedAt)
+		b = append(b, dbClock...)
 		b = append(b, ',')
 		if r.SentAt != nil {
 			b = lit.Time(b, *r.SentAt)
