@@ -77,19 +77,11 @@ func TestResolveReadsThePrimary(t *testing.T) {
 // while a replica answers.
 func TestCheckerPingReachesThePrimary(t *testing.T) {
 	t.Parallel()
-	_, dsn := testbed.DBWithDSN(t)
-	proxy, primary := testbed.ProxiedDB(t, dsn)
-	chk0, err := checker.New(primary, checker.Config{})
+	db, dsn := testbed.DBWithDSN(t)
+	migrated, err := checker.New(db, checker.Config{})
 	require.NoError(t, err)
-	require.NoError(t, chk0.Migrate(context.Background()))
-	replica, err := testbed.Open(dsn)
-	require.NoError(t, err)
-	ps, err := primary.DB()
-	require.NoError(t, err)
-	rs, err := replica.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rs.Close() })
-	split := testbed.ReadWriteSplit(t, dsn, ps, rs)
+	require.NoError(t, migrated.Migrate(context.Background()))
+	proxy, split := testbed.ProxiedSplit(t, dsn)
 	chk, err := checker.New(split.DB, checker.Config{})
 	require.NoError(t, err)
 

@@ -92,3 +92,26 @@ func (p *splitPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, 
 
 // GetDBConn is what gorm.DB.DB returns: the primary.
 func (p *splitPool) GetDBConn() (*sql.DB, error) { return p.primary, nil }
+
+// ProxiedSplit returns a [Split] on the database of dsn whose primary is
+// reached through a [Proxy] the test can cut, and whose replica is the
+// same database reached directly: a primary that goes down while a
+// replica answers.
+func ProxiedSplit(t testing.TB, dsn string) (*Proxy, *Split) {
+	t.Helper()
+	proxy, primary := ProxiedDB(t, dsn)
+	replica, err := Open(dsn)
+	if err != nil {
+		t.Fatalf("replica: %v", err)
+	}
+	ps, err := primary.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := replica.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	return proxy, ReadWriteSplit(t, dsn, ps, rs)
+}
