@@ -44,6 +44,13 @@ func (h *hookCounter) add(kind, id string, err error) {
 }
 
 // count returns how many events of kind concerned id.
+// await waits until the hooks saw kind for id, failing with what (and
+// every event seen) after hookWait.
+func (h *hookCounter) await(t *testing.T, kind, id, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return h.count(kind, id) > 0 }, hookWait, 50*time.Millisecond, "%s; hooks: %s", what, h)
+}
+
 func (h *hookCounter) count(kind, id string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -208,16 +215,14 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		require.Equal(t, 1, hooks.count("BeforeSend", id))
 		require.Equal(t, 1, hooks.count("OnHalfSent", id))
 		require.Equal(t, 1, hooks.count("OnLocalDone", id))
-		require.Eventually(t, func() bool { return hooks.count("OnConsumed", id) > 0 }, hookWait, 50*time.Millisecond,
-			"the consumer's hooks saw nothing; hooks: %s", hooks)
+		hooks.await(t, "OnConsumed", id, "the consumer's hooks saw nothing")
 		require.Positive(t, hooks.count("BeforeHandle", id))
 
 		// The sweeper's publisher: a half message of the sweeper's group
 		// is checked back there, and answered UNKNOWN (it has no checker).
 		toSweeperPub := txmsg.NewID()
 		orphanHalfMessage(t, group+SweeperSuffix, topic, toSweeperPub)
-		require.Eventually(t, func() bool { return hooks.count("OnCheckBack", toSweeperPub) > 0 }, hookWait, 50*time.Millisecond,
-			"the sweeper's publisher answered a check-back unseen by the stack's hooks; hooks: %s", hooks)
+		hooks.await(t, "OnCheckBack", toSweeperPub, "the sweeper's publisher answered a check-back unseen by the stack's hooks")
 		require.ErrorIs(t, hooks.lastErr("OnCheckBack", toSweeperPub), txrmq.ErrNoChecker)
 
 		// The sweeper: after a purge, a half message of the producer group
@@ -228,11 +233,9 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		require.NoError(t, err)
 		held := txmsg.NewID()
 		orphanHalfMessage(t, group, topic, held)
-		require.Eventually(t, func() bool { return hooks.count("OnCheckBack", held) > 0 }, hookWait, 50*time.Millisecond,
-			"no check-back reached the producer; hooks: %s", hooks)
+		hooks.await(t, "OnCheckBack", held, "no check-back reached the producer")
 		require.ErrorIs(t, hooks.lastErr("OnCheckBack", held), checker.ErrBeyondPurgeHorizon)
-		require.Eventually(t, func() bool { return hooks.count("OnHeld", held) > 0 }, hookWait, 50*time.Millisecond,
-			"the sweeper held the discarded half message unseen by the stack's hooks; hooks: %s", hooks)
+		hooks.await(t, "OnHeld", held, "the sweeper held the discarded half message unseen by the stack's hooks")
 		require.ErrorIs(t, hooks.lastErr("OnHeld", held), checker.ErrBeyondPurgeHorizon)
 	})
 
@@ -263,8 +266,7 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, hooks.count("BeforeSend", id))
 		require.Equal(t, 1, hooks.count("OnLocalDone", id))
-		require.Eventually(t, func() bool { return hooks.count("OnConsumed", id) > 0 }, hookWait, 50*time.Millisecond,
-			"the consumer's hooks saw nothing; hooks: %s", hooks)
+		hooks.await(t, "OnConsumed", id, "the consumer's hooks saw nothing")
 		require.Positive(t, hooks.count("BeforeHandle", id))
 		require.Positive(t, hooks.count("OnRelayBatch", ""))
 
@@ -273,8 +275,7 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		// checked back to it, and answered UNKNOWN without a Checker.
 		checked := txmsg.NewID()
 		orphanHalfMessage(t, group, topic, checked)
-		require.Eventually(t, func() bool { return hooks.count("OnCheckBack", checked) > 0 }, hookWait, 50*time.Millisecond,
-			"the relays' publisher answered a check-back unseen by the stack's hooks; hooks: %s", hooks)
+		hooks.await(t, "OnCheckBack", checked, "the relays' publisher answered a check-back unseen by the stack's hooks")
 		require.True(t, errors.Is(hooks.lastErr("OnCheckBack", checked), txrmq.ErrNoChecker))
 	})
 }
