@@ -393,10 +393,15 @@ func (r *Relay) releaseLeases(ctx context.Context) {
 // dbNow returns the database's clock, UTC_TIMESTAMP(6), read as the
 // handle reads every DATETIME: compared with the times the tables hold,
 // it gives the same answer whatever the handle's time zone (loc) and the
-// host's clock.
+// host's clock. It reads the primary's clock: in a transaction, which
+// read/write splitting (gorm's dbresolver, ProxySQL) sends to the primary;
+// a replica is another host, with a clock of its own.
 func dbNow(ctx context.Context, db *gorm.DB) (time.Time, error) {
 	var now time.Time
-	if err := db.WithContext(ctx).Raw("SELECT UTC_TIMESTAMP(6)").Row().Scan(&now); err != nil {
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return tx.Raw("SELECT UTC_TIMESTAMP(6)").Row().Scan(&now)
+	})
+	if err != nil {
 		return time.Time{}, fmt.Errorf("outbox: read the database's clock: %w", err)
 	}
 	return now, nil
