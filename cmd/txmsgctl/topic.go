@@ -264,7 +264,14 @@ func cmdTopicCreate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(c.nameServers)), admin.WithTls(c.tls))
+	opts := []admin.AdminOption{admin.WithResolver(primitive.NewPassthroughResolver(c.nameServers))}
+	if c.tls {
+		// The client's TLS option writes its process-wide default remoting
+		// config, which every other client reads as it connects: set it
+		// only when asked for, like the consumers and producers do.
+		opts = append(opts, admin.WithTls(true))
+	}
+	adm, err := admin.NewAdmin(opts...)
 	if err != nil {
 		return fmt.Errorf("rocketmq admin client: %w", err)
 	}
