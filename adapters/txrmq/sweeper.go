@@ -240,15 +240,15 @@ func (s *Sweeper) Start(ctx context.Context) error {
 		pc, missing, err = s.startConsumerWithin(ctx)
 	}
 	switch {
-	case err == nil:
-		s.run(pc)
 	case missing:
 		s.log.Info("the broker has not discarded any half message yet, so " + CheckMaxTimeTopic +
 			" does not exist; looking for it in the background (brokers before RocketMQ 4.5.2 never create it)")
 		s.wg.Add(1)
 		go s.awaitTopic()
-	default:
+	case err != nil:
 		return err
+	default:
+		s.run(pc)
 	}
 	s.started = true
 	return nil

@@ -387,3 +387,27 @@ func TestSweeperHoldsWhileTheBrokerIsAway(t *testing.T) {
 	require.Equal(t, 1, logs.countLines("republished it", committed))
 	require.Zero(t, logs.countLines(handedBack, committed))
 }
+
+// TestSweeperStartedBeforeItsTopicExists: a sweeper started before any
+// broker has discarded a half message (TRANS_CHECK_MAX_TIME_TOPIC does
+// not exist yet, as on a new cluster) looks for the topic in the
+// background. It once took the name servers' "missing" for a started
+// consumer and never swept. A namespace of its own makes the topic
+// missing here.
+func TestSweeperStartedBeforeItsTopicExists(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	logger, logs := newLogRecorder()
+	sw, err := NewSweeper(SweeperConfig{
+		Config:         Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Namespace: "ns" + testbed.Suffix(), Logger: logger},
+		ProducerGroups: []string{e.group},
+	}, e.chk, newTestPublisher(t, 0))
+	require.NoError(t, err)
+	require.NoError(t, sw.Start(context.Background()))
+	t.Cleanup(func() { _ = sw.Close(context.Background()) })
+	require.Positive(t, logs.countLines("looking for it in the background"), "logs:\n%s", logs)
+	require.Zero(t, logs.countLines("cannot watch brokers"), "logs:\n%s", logs)
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	require.Nil(t, sw.pc, "a consumer was taken as started")
+}
