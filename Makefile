@@ -81,7 +81,8 @@ test-compat:
 ## test-cluster: the two-broker cluster tests (TestCluster* in adapters/txrmq and adapters/outbox):
 ## starts a RocketMQ cluster from Maven Central jars on ports of its own (name server 29876, broker-a 30911,
 ## broker-b 31911; scripts/rocketmq.sh start --cluster) from an empty store, runs the tests, which SIGKILL and
-## restart the cluster's brokers, then stops the cluster. The default-port broker is never touched. See docs/testing.md.
+## restart the cluster's brokers, then stops the cluster. The default-port broker is started (the packages' TestMain
+## checks it) and never touched otherwise. See docs/testing.md.
 ## Without -race: a broker that leaves the routes makes the pinned rocketmq-client-go race with itself (its
 ## cleanOfflineBroker deletes from a broker's address map under a lock that FindBrokerAddrByName does not take).
 ## txmsg's own code is race-checked by make test.
@@ -90,8 +91,7 @@ CLUSTER_BROKER_PORTS ?= 30911,31911
 CLUSTER_ENV = TXMSG_RMQ_BROKERS=2 TXMSG_ROCKETMQ_MODE=jar TXMSG_CLUSTER_NAMESRV=$(CLUSTER_NAMESRV) TXMSG_CLUSTER_BROKER_PORTS=$(CLUSTER_BROKER_PORTS) \
 	TXMSG_CLUSTER_BROKERS=broker-a=127.0.0.1:$(word 1,$(subst $(comma), ,$(CLUSTER_BROKER_PORTS))),broker-b=127.0.0.1:$(word 2,$(subst $(comma), ,$(CLUSTER_BROKER_PORTS)))
 comma := ,
-test-cluster:
-	$(MYSQL_UP)
+test-cluster: services-up
 	$(CLUSTER_ENV) scripts/rocketmq.sh stop
 	$(CLUSTER_ENV) scripts/rocketmq.sh wipe
 	$(CLUSTER_ENV) scripts/rocketmq.sh start
