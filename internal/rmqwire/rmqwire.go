@@ -1,6 +1,7 @@
-// Package rmqwire asks a RocketMQ name server two questions over its
-// remoting protocol, bounded by a context: a topic's route and the
-// cluster's brokers. The client library's own calls take no context and
+// Package rmqwire speaks RocketMQ's remoting protocol for one request at
+// a time, bounded by a context: the framing ([Invoke]) and the name
+// server's two answers txmsg reads (a topic's route and the cluster's
+// brokers). The dashboard's broker queries build on Invoke too. The client library's own calls take no context and
 // wait up to 6 s per name server and topic, and the client reports a name
 // server that does not answer the same way as a topic that does not exist.
 package rmqwire
@@ -28,18 +29,21 @@ const (
 	codeTopicNotExist        = 17
 )
 
-// maxFrame bounds a response; a cluster description is a few KB.
-const maxFrame = 16 << 20
+// maxFrame bounds a response: a cluster description is a few KB, a query
+// by key returns up to its maximum number of messages.
+const maxFrame = 64 << 20
 
 // ErrTopicNotExist means the name server answered that it has no route
 // for the topic.
 var ErrTopicNotExist = errors.New("the name server has no route for the topic")
 
-// Answer is a name server's answer to a request.
+// Answer is a server's answer to a request.
 type Answer struct {
 	Code   int
 	Remark string
-	Body   []byte
+	// Ext is the answer header's extFields (an offset query's "offset").
+	Ext  map[string]string
+	Body []byte
 }
 
 type header struct {
@@ -54,7 +58,8 @@ type header struct {
 
 var opaque atomic.Int32
 
-// Invoke sends one request to addr and reads its answer. The whole
+// Invoke sends one request to the name server or broker at addr and
+// reads its answer. The whole
 // exchange (connect, TLS handshake, write, read) ends when ctx does; an
 // address that accepts connections but never answers costs no more.
 func Invoke(ctx context.Context, addr string, useTLS bool, code int, ext map[string]string) (*Answer, error) {
@@ -97,7 +102,7 @@ func Invoke(ctx context.Context, addr string, useTLS bool, code int, ext map[str
 		total := binary.BigEndian.Uint32(lens[0:4])
 		hlen := binary.BigEndian.Uint32(lens[4:8]) & 0xFFFFFF
 		if total > maxFrame || hlen+4 > total {
-			return nil, fmt.Errorf("not a RocketMQ name server: bad frame from %s", addr)
+			return nil, fmt.Errorf("not a RocketMQ server: bad frame from %s", addr)
 		}
 		if typ := lens[4]; typ != 0 {
 			return nil, fmt.Errorf("answer from %s in serialization %d, not JSON", addr, typ)
@@ -108,12 +113,12 @@ func Invoke(ctx context.Context, addr string, useTLS bool, code int, ext map[str
 		}
 		var rh header
 		if err := json.Unmarshal(rest[:hlen], &rh); err != nil {
-			return nil, fmt.Errorf("not a RocketMQ name server: answer from %s: %w", addr, err)
+			return nil, fmt.Errorf("not a RocketMQ server: answer from %s: %w", addr, err)
 		}
 		if rh.Opaque != id || rh.Flag&1 == 0 {
 			continue // not the answer to this request
 		}
-		return &Answer{Code: rh.Code, Remark: rh.Remark, Body: rest[hlen:]}, nil
+		return &Answer{Code: rh.Code, Remark: rh.Remark, Ext: rh.ExtFields, Body: rest[hlen:]}, nil
 	}
 }
 

@@ -10,17 +10,34 @@ import (
 	"testing"
 )
 
+// wireHeader is a remoting wireHeader's header, as the fake server reads
+// and writes it.
+type wireHeader struct {
+	Code      int               `json:"code"`
+	Language  string            `json:"language"`
+	Opaque    int32             `json:"opaque"`
+	Flag      int               `json:"flag"`
+	Remark    string            `json:"remark,omitempty"`
+	ExtFields map[string]string `json:"extFields"`
+}
+
+// The name server's codes the fake server is told to answer with.
+const (
+	codeGetRouteInfo = 105
+	resTopicNotExist = 17
+)
+
 // fakeServer answers one request per connection with code, ext and body,
 // and records the requests' headers. It speaks the frame format only; the
 // tests against the real broker are the dashboard's.
-func fakeServer(t *testing.T, code int, ext map[string]string, body string) (string, <-chan command) {
+func fakeServer(t *testing.T, code int, ext map[string]string, body string) (string, <-chan wireHeader) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	got := make(chan command, 16)
+	got := make(chan wireHeader, 16)
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -36,10 +53,10 @@ func fakeServer(t *testing.T, code int, ext map[string]string, body string) (str
 			hlen := binary.BigEndian.Uint32(lens[4:]) & 0xFFFFFF
 			rest := make([]byte, total-4)
 			_, _ = io.ReadFull(conn, rest)
-			var req command
+			var req wireHeader
 			_ = json.Unmarshal(rest[:hlen], &req)
 			got <- req
-			res, _ := json.Marshal(command{Code: code, Language: "JAVA", Opaque: req.Opaque, Flag: 1, ExtFields: ext})
+			res, _ := json.Marshal(wireHeader{Code: code, Language: "JAVA", Opaque: req.Opaque, Flag: 1, ExtFields: ext})
 			frame := make([]byte, 8, 8+len(res)+len(body))
 			binary.BigEndian.PutUint32(frame[:4], uint32(4+len(res)+len(body)))
 			binary.BigEndian.PutUint32(frame[4:], uint32(len(res)))
