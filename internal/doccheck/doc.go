@@ -1,0 +1,4 @@
+// Package doccheck holds tests that keep the documentation in step with
+// the code: docs/design.md's error table must name every sentinel error
+// the public packages declare, and nothing else.
+package doccheck
