@@ -172,13 +172,13 @@ wire-check:
 	done; \
 	if [ $$stale -ne 0 ]; then echo "wire_gen.go is stale; run: $(GO) run github.com/google/wire/cmd/wire@v0.7.0 $(WIRE_PKGS)/..."; exit 1; fi
 
-## quickstart: run both quick-start programs (examples/quickstart) against the test bed; each saves one
-## order with its event and exits 0 once a consumer has handled the event.
+## quickstart: run the quick-start program (examples/quickstart) in both modes against the test bed; each
+## run saves one order with its event and exits 0 once a consumer has handled the event.
 QUICKSTART_DSN ?= txmsg:txmsg@tcp(127.0.0.1:$(TXMSG_MYSQL_PORT))/txmsg_quickstart?parseTime=true
 quickstart: services-up
 	$(GO) run ./internal/testbed/cmd/prepare -dsn '$(QUICKSTART_DSN)' -topic quickstart,quickstart-outbox
-	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart/transactional
-	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart/outbox
+	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' $(GO) run ./examples/quickstart -mode transactional
+	QUICKSTART_DSN='$(QUICKSTART_DSN)' QUICKSTART_NAMESRV='$(TXMSG_NAMESRV)' QUICKSTART_TOPIC=quickstart-outbox $(GO) run ./examples/quickstart -mode outbox
 
 ## demo: run examples/orderservice against the real broker and database, drive ~200 orders and print a consistency report (MODE=transactional|outbox).
 ## It prints the URL of the service's txmsg dashboard; DEMO_FLAGS=-linger=10m keeps the service up that long after the report.

@@ -1,4 +1,4 @@
-package quickstart
+package main
 
 import (
 	"bytes"
@@ -23,36 +23,34 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-var savedLine = regexp.MustCompile(`(?m)^saved order (\S+), event (\S+) committed$`)
+var savedLine = regexp.MustCompile(`(?m)^saved order (\S+), event (\S+) committed \((\S+) mode\)$`)
 
-// Each quick-start program, built and run as a user would, against a
-// database and topic of its own, exits 0 having saved its order, published
-// its event and handled it once; the tables say so too.
+// The quick-start program, built once and run as a user would in each
+// mode, against a database and topic of its own, exits 0 having saved its
+// order, published its event and handled it once; the tables say so too.
 func TestQuickstartPrograms(t *testing.T) {
 	testbed.RequireBroker(t)
-	bin := t.TempDir()
+	exe := filepath.Join(t.TempDir(), "quickstart")
+	out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput()
+	require.NoError(t, err, "go build:\n%s", out)
 	for _, mode := range []string{"transactional", "outbox"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			db, dsn := testbed.DBWithDSN(t)
 			topic := testbed.Topic(t)
-			exe := filepath.Join(bin, mode)
-			build := exec.Command("go", "build", "-o", exe, "./"+mode)
-			out, err := build.CombinedOutput()
-			require.NoError(t, err, "go build ./%s:\n%s", mode, out)
-
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			run := exec.CommandContext(ctx, exe)
+			run := exec.CommandContext(ctx, exe, "-mode", mode)
 			run.Env = append(os.Environ(), "QUICKSTART_DSN="+dsn, "QUICKSTART_NAMESRV="+testbed.NameServer(), "QUICKSTART_TOPIC="+topic)
 			var stdout, stderr bytes.Buffer
 			run.Stdout, run.Stderr = &stdout, &stderr
-			err = run.Run()
+			err := run.Run()
 			require.NoError(t, err, "%s failed\nstdout:\n%s\nstderr:\n%s", mode, &stdout, &stderr)
 
 			m := savedLine.FindStringSubmatch(stdout.String())
 			require.NotNil(t, m, "no 'saved order' line; stdout:\n%s", &stdout)
 			orderID, eventID := m[1], m[2]
+			require.Equal(t, mode, m[3], "the mode the program ran in")
 			require.Contains(t, stdout.String(), "handling order "+orderID+" (amount 42), delivery 1")
 
 			var orders int64
@@ -105,16 +103,16 @@ func quickstartBlock(readme string) (string, error) {
 	return code, nil
 }
 
-// The README shows transactional/main.go verbatim, so what a newcomer
+// The README shows main.go verbatim, so what a newcomer
 // copies is what this directory's test runs.
 func TestREADMEShowsTheQuickstart(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
-	want, err := os.ReadFile(filepath.Join("transactional", "main.go"))
+	want, err := os.ReadFile("main.go")
 	require.NoError(t, err)
 	got, err := quickstartBlock(string(readme))
-	require.NoError(t, err, "README.md must show examples/quickstart/transactional/main.go verbatim in a ```go fence between %s and %s", beginMarker, endMarker)
+	require.NoError(t, err, "README.md must show examples/quickstart/main.go verbatim in a ```go fence between %s and %s", beginMarker, endMarker)
 	if got != string(want) {
 		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
 		for i := range max(len(gl), len(wl)) {
@@ -126,7 +124,7 @@ func TestREADMEShowsTheQuickstart(t *testing.T) {
 				w = wl[i]
 			}
 			if g != w {
-				t.Fatalf("README.md's quick start differs from examples/quickstart/transactional/main.go at line %d:\nREADME:  %q\nmain.go: %q\nCopy main.go into the block between %s and %s.", i+1, g, w, beginMarker, endMarker)
+				t.Fatalf("README.md's quick start differs from examples/quickstart/main.go at line %d:\nREADME:  %q\nmain.go: %q\nCopy main.go into the block between %s and %s.", i+1, g, w, beginMarker, endMarker)
 			}
 		}
 	}

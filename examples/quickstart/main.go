@@ -1,11 +1,18 @@
-// Command outbox saves an order and publishes its event in one atomic step
-// (local-table mode: an outbox table and a relay), then handles the event in
-// a consumer. It needs MySQL 8 or MariaDB 10.6+ and a RocketMQ topic.
+// Command quickstart saves an order and publishes its event in one atomic
+// step, then handles the event in a consumer. It needs MySQL 8 or MariaDB
+// 10.6+ and a RocketMQ topic.
+//
+//	go run ./examples/quickstart                # transactional mode
+//	go run ./examples/quickstart -mode outbox   # local-table mode
+//
+// The mode is the only difference: one line picks the stack, and the
+// producer, the consumer and the order are the same in both.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -26,22 +33,33 @@ type Order struct {
 }
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	mode := flag.String("mode", stack.ModeTransactional, "delivery mode: "+stack.ModeTransactional+" or "+stack.ModeOutbox)
+	flag.Parse()
+	if err := run(context.Background(), *mode); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context) (err error) {
+func run(ctx context.Context, mode string) (err error) {
 	// parseTime=true is required: txmsg's tables hold timestamps.
 	db, err := gorm.Open(mysql.Open(env("QUICKSTART_DSN", "txmsg:txmsg@tcp(127.0.0.1:13306)/txmsg_quickstart?parseTime=true")))
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	topic := txmsg.Topic[Order]{Name: env("QUICKSTART_TOPIC", "quickstart-outbox")}
+	topic := txmsg.Topic[Order]{Name: env("QUICKSTART_TOPIC", "quickstart")}
 	rmq := txrmq.Config{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}, Group: topic.Name + "-producer"}
+	cfg := stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic.Name}}
 
-	// Local-table mode: the outbox table, and a relay that publishes it.
-	st, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic.Name}}})
+	// The mode: everything below this switch is the same in both.
+	var st *stack.Stack
+	switch mode {
+	case stack.ModeTransactional: // the barrier table, the transactional producer and the sweeper
+		st, err = stack.Transactional(stack.TransactionalConfig{Config: cfg})
+	case stack.ModeOutbox: // the outbox table, and a relay that publishes it
+		st, err = stack.Outbox(stack.OutboxConfig{Config: cfg})
+	default:
+		return fmt.Errorf("-mode %q: use transactional or outbox", mode)
+	}
 	if err != nil {
 		return err
 	}
@@ -83,7 +101,7 @@ func run(ctx context.Context) (err error) {
 	}
 	defer func() { err = errors.Join(err, consumer.Close(context.Background())) }()
 
-	// The order row and the event's outbox row commit together, or neither does.
+	// The order row and the event commit together, or neither does.
 	orders, err := txmsg.NewProducer(st, topic)
 	if err != nil {
 		return err
@@ -94,7 +112,7 @@ func run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("save order: %w", err)
 	}
-	fmt.Printf("saved order %s, event %s %s\n", order.ID, receipt.ID, receipt.State)
+	fmt.Printf("saved order %s, event %s %s (%s mode)\n", order.ID, receipt.ID, receipt.State, st.Mode())
 	select {
 	case <-handled:
 		return nil
