@@ -151,7 +151,7 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	hooks, err := cfg.Hooks.bind(cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -198,11 +198,11 @@ func (in *Inbox) Ping(ctx context.Context) error {
 
 var errAlreadyHandled = errors.New("txmsg: already handled")
 
-// Run runs fn in a transaction whose first statement records (group, key)
+// run runs fn in a transaction whose first statement records (group, key)
 // in the inbox. When that pair is already recorded, fn does not run and the
 // outcome is [OutcomeDuplicate]. When fn fails or panics, everything rolls
 // back and the error is returned (a panic as [*PanicError]).
-func (in *Inbox) Run(ctx context.Context, group, topic, key string, fn func(ctx context.Context, tx *gorm.DB) error) (Outcome, error) {
+func (in *Inbox) run(ctx context.Context, group, topic, key string, fn func(ctx context.Context, tx *gorm.DB) error) (Outcome, error) {
 	if group == "" || key == "" {
 		return 0, fmt.Errorf("%w: inbox: consumer group and message key are required", ErrInvalidMessage)
 	}
@@ -239,16 +239,16 @@ func callRecovering(ctx context.Context, tx *gorm.DB, fn func(ctx context.Contex
 	return fn(ctx, tx)
 }
 
-// CallLocal runs local with tx, turning a panic into a [*PanicError]. Mode
+// callLocal runs local with tx, turning a panic into a [*PanicError]. Mode
 // implementations use it so a panicking LocalTx rolls back instead of
 // crashing the process.
-func CallLocal(ctx context.Context, tx *gorm.DB, local LocalTx) error {
+func callLocal(ctx context.Context, tx *gorm.DB, local LocalTx) error {
 	return callRecovering(ctx, tx, local)
 }
 
-// Park stores r in the dead-letter table with cause, once per (group,
-// message key). A second Park of the same message is a no-op.
-func (in *Inbox) Park(ctx context.Context, group string, r *Received, cause error) error {
+// park stores r in the dead-letter table with cause, once per (group,
+// message key). A second park of the same message is a no-op.
+func (in *Inbox) park(ctx context.Context, group string, r *Received, cause error) error {
 	m := r.Message
 	props, _ := jsonString(m.Properties)
 	row := DeadLetter{

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // TestFindParkedAndLookups: FindParked filters by group and by key (a
@@ -20,7 +21,7 @@ func TestFindParkedAndLookups(t *testing.T) {
 	ctx := context.Background()
 	park := func(group, id string, keys ...string) {
 		r := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: "t_lookup", Keys: keys, Body: []byte("x")}, Attempt: 1}
-		require.NoError(t, in.Park(ctx, group, r, errors.New("cannot decode")))
+		require.NoError(t, driver.Park(in, ctx, group, r, errors.New("cannot decode")))
 	}
 	park("g1", "id-1", "order-1", "cust_9")
 	park("g2", "id-1", "order-1")
@@ -55,7 +56,7 @@ func TestFindParkedAndLookups(t *testing.T) {
 	require.ErrorIs(t, err, txmsg.ErrNotParked)
 
 	for _, g := range []string{"billing", "shipping"} {
-		_, err := in.Run(ctx, g, "t_lookup", "id-9", func(context.Context, *gorm.DB) error { return nil })
+		_, err := driver.Run(in, ctx, g, "t_lookup", "id-9", func(context.Context, *gorm.DB) error { return nil })
 		require.NoError(t, err)
 	}
 	handled, err := in.Handled(ctx, "id-9")

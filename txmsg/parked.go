@@ -115,7 +115,7 @@ func (d DeadLetter) Message() (*Message, error) {
 			return nil, fmt.Errorf("txmsg: parked message %s has unreadable properties: %w", d.MsgID, err)
 		}
 		for k, v := range props {
-			if ReservedProperty(k) {
+			if reservedProperty(k) {
 				continue
 			}
 			if m.Properties == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // park parks one message per id for group, with body "raw-<id>".
@@ -19,7 +20,7 @@ func park(t *testing.T, in *txmsg.Inbox, group string, ids ...string) {
 		r := received(id, "raw-"+id)
 		r.Message.Keys = []string{"k1", "k2"}
 		r.Message.Properties = map[string]string{"tenant": "acme", txmsg.PropertyID: id}
-		require.NoError(t, in.Park(context.Background(), group, r, txmsg.ErrDecode))
+		require.NoError(t, driver.Park(in, context.Background(), group, r, txmsg.ErrDecode))
 	}
 }
 
@@ -190,7 +191,7 @@ func TestRequeueParkedKeepsAMessageParkedAgain(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = in.Park(context.Background(), "g", &txmsg.Received{Message: m, BrokerMessageID: "again", Attempt: 1}, txmsg.ErrDecode)
+			_ = driver.Park(in, context.Background(), "g", &txmsg.Received{Message: m, BrokerMessageID: "again", Attempt: 1}, txmsg.ErrDecode)
 		}()
 		// Give the Park time to reach the database before the requeue
 		// goes on. If it is late, it parks after the requeue and the test

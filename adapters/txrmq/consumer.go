@@ -19,6 +19,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Consumer defaults.
@@ -652,7 +653,7 @@ func (c *Consumer) run(ctx context.Context, r txmsg.Route, rec *txmsg.Received) 
 			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return r.Process(ctx, c.inbox, c.cfg.Group, rec)
+	return driver.Process(r, ctx, c.inbox, c.cfg.Group, rec)
 }
 
 func (c *Consumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Ordered consumer defaults.
@@ -532,14 +533,14 @@ func runRoute(ctx context.Context, r txmsg.Route, in *txmsg.Inbox, group string,
 			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return r.Process(ctx, in, group, rec)
+	return driver.Process(r, ctx, in, group, rec)
 }
 
 // park gives up on rec after cause and parks it, retrying the park itself
 // (a database error) until it works or the queue is stopped.
 func (c *OrderedConsumer) park(pq processQueue, rec *txmsg.Received, cause error) bool {
 	for n := 1; ; n++ {
-		err := c.inbox.ParkFailed(c.handlerCtx, c.cfg.Group, rec, cause)
+		err := driver.ParkFailed(c.inbox, c.handlerCtx, c.cfg.Group, rec, cause)
 		if err == nil {
 			c.log.Error("handler failed on its last attempt; message parked in the dead-letter table and its queue goes on",
 				withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // CheckMaxTimeTopic is where the broker moves a half message after
@@ -119,7 +120,7 @@ const topicRetryEvery = 5 * time.Second
 // NewSweeper validates cfg and builds a sweeper that resolves through chk
 // and republishes through pub (usually a [Publisher]).
 func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*Sweeper, error) {
-	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
@@ -482,11 +483,11 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 // hold keeps a half message whose outcome the barrier can no longer tell:
 // it is parked for an operator, or left on the broker.
 func (s *Sweeper) hold(ctx context.Context, ext *primitive.MessageExt, id, realTopic string, cause error) verdict {
-	s.cfg.Hooks.Held(id, realTopic, cause)
+	driver.Held(s.cfg.Hooks, id, realTopic, cause)
 	r := fromExt(ext)
 	r.Message.ID, r.Message.Topic = id, realTopic
 	r.Attempt = int(ext.ReconsumeTimes) + 1
-	if err := s.cfg.DeadLetters.Park(ctx, s.cfg.Group, r, cause); err != nil {
+	if err := driver.Park(s.cfg.DeadLetters, ctx, s.cfg.Group, r, cause); err != nil {
 		s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
 			"parking it failed, leaving it on the broker", "txmsg_id", id, "topic", realTopic, "err", cause, "park_err", err)
 		return handBack

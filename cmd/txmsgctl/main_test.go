@@ -21,6 +21,7 @@ import (
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // clientLogs receives everything rocketmq-client-go logs in this test
@@ -145,13 +146,13 @@ func TestAdminEndToEnd(t *testing.T) {
 	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	for _, id := range []string{"in-1", "in-2"} {
-		_, err := inbox.Run(ctx, "inventory", "orders", id, func(context.Context, *gorm.DB) error { return nil })
+		_, err := driver.Run(inbox, ctx, "inventory", "orders", id, func(context.Context, *gorm.DB) error { return nil })
 		require.NoError(t, err)
 	}
 	backdate(t, db, "txmsg_inbox", "handled_at", 96*time.Hour, "msg_id = ?", "in-1")
 	for _, id := range []string{"parked-1", "parked-2"} {
 		rec := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: "orders", Body: []byte("\x00not json"), Properties: map[string]string{"origin": "test"}}, Attempt: 1}
-		require.NoError(t, inbox.Park(ctx, "inventory", rec, txmsg.ErrDecode))
+		require.NoError(t, driver.Park(inbox, ctx, "inventory", rec, txmsg.ErrDecode))
 	}
 	backdate(t, db, "txmsg_dead_letter", "parked_at", 48*time.Hour, "msg_id = ?", "parked-2")
 
@@ -285,7 +286,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 	require.NoError(t, inbox.Migrate(ctx))
 	id := txmsg.NewID()
 	rec := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: topic, Tag: "created", Body: []byte(`{"n":5}`), Properties: map[string]string{"origin": "test"}}, Attempt: 1}
-	require.NoError(t, inbox.Park(ctx, group, rec, txmsg.ErrDecode))
+	require.NoError(t, driver.Park(inbox, ctx, group, rec, txmsg.ErrDecode))
 
 	type event struct{ N int }
 	var mu sync.Mutex
