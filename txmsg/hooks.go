@@ -60,7 +60,7 @@ type HookCheckBack interface {
 // HookHeld is called when the outcome of a transactional message cannot be
 // known because its barrier row may have been purged (the transaction is
 // older than the purge horizon). The message is kept where an operator sees
-// it, never dropped: the sweeper parks it in the dead-letter table (or
+// it, never dropped: the sweeper parks it in the inbox's parked table (or
 // leaves it on the broker), and a check-back answers UNKNOWN. err says why.
 type HookHeld interface {
 	OnHeld(txID, topic string, err error)

@@ -14,10 +14,11 @@ import (
 	"github.com/txmsg/txmsg/internal/store"
 )
 
-// Default table names of the consumer side.
+// Default table names of the consumer side. The parked table's default
+// name, txmsg_dead_letter, is the one existing databases have.
 const (
-	DefaultInboxTable      = "txmsg_inbox"
-	DefaultDeadLetterTable = "txmsg_dead_letter"
+	DefaultInboxTable  = "txmsg_inbox"
+	DefaultParkedTable = "txmsg_dead_letter"
 )
 
 // DefaultPurgeBatch is the number of rows each purge statement deletes
@@ -51,12 +52,13 @@ type InboxRow struct {
 	HandledAt     time.Time `gorm:"precision:6;not null;index:idx_txmsg_inbox_handled_at"`
 }
 
-// DeadLetter is a message a consumer could not decode, parked with its raw
-// bytes so nothing is lost. It is acknowledged to the broker and never
-// retried by itself; see docs/operations.md for inspecting and replaying. The
+// ParkedRow is a parked message: one row of the parked table. A consumer
+// parks a message it could not decode (and an ordered consumer one whose
+// handler failed for the last time), with its raw bytes so nothing is
+// lost. It is acknowledged to the broker and never retried by itself; see docs/operations.md for inspecting and replaying. The
 // identifier columns are VARBINARY like the inbox's; tag and keys stay text:
 // they copy what arrived, and nothing looks rows up by them.
-type DeadLetter struct {
+type ParkedRow struct {
 	ID              int64     `gorm:"primaryKey;autoIncrement"`
 	ConsumerGroup   string    `gorm:"type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
 	MsgID           string    `gorm:"column:msg_id;type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:2"`
@@ -75,9 +77,9 @@ type DeadLetter struct {
 type InboxConfig struct {
 	// Table is the inbox table. Default [DefaultInboxTable].
 	Table string
-	// DeadLetterTable is the table of parked messages. Default
-	// [DefaultDeadLetterTable].
-	DeadLetterTable string
+	// ParkedTable is the table of parked messages. Default
+	// [DefaultParkedTable].
+	ParkedTable string
 	// Logger receives the inbox's logs (duplicates skipped, at debug
 	// level); nil means slog.Default().
 	Logger *slog.Logger
@@ -93,7 +95,7 @@ type Inbox struct {
 	db     *gorm.DB // the inbox's own statements (store.Quiet)
 	user   *gorm.DB // as given: the handlers' transactions
 	table  string
-	dead   string
+	parked string
 	logger *slog.Logger
 	hooks  Hooks
 }
@@ -108,7 +110,7 @@ const (
 	// did not run.
 	OutcomeDuplicate
 	// OutcomeParked means the body could not be decoded; the message was
-	// parked in the dead-letter table.
+	// parked in the parked table.
 	OutcomeParked
 )
 
@@ -140,10 +142,10 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultInboxTable
 	}
-	if cfg.DeadLetterTable == "" {
-		cfg.DeadLetterTable = DefaultDeadLetterTable
+	if cfg.ParkedTable == "" {
+		cfg.ParkedTable = DefaultParkedTable
 	}
-	for _, t := range []string{cfg.Table, cfg.DeadLetterTable} {
+	for _, t := range []string{cfg.Table, cfg.ParkedTable} {
 		if !store.ValidIdent(t) {
 			return nil, fmt.Errorf("%w: inbox: table name %q is not a plain SQL identifier", ErrInvalidConfig, t)
 		}
@@ -155,11 +157,11 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
+	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, parked: cfg.ParkedTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
-// Migrate creates or updates the inbox and dead-letter tables. On tables
+// Migrate creates or updates the inbox and parked tables. On tables
 // created before their identifier columns were binary it converts those
 // columns first (one ALTER TABLE per table, which rebuilds it); see
 // docs/reliability.md.
@@ -167,7 +169,7 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	for _, t := range []struct {
 		name  string
 		model any
-	}{{in.table, &InboxRow{}}, {in.dead, &DeadLetter{}}} {
+	}{{in.table, &InboxRow{}}, {in.parked, &ParkedRow{}}} {
 		converted, err := store.Migrate(ctx, in.db, t.name, t.model)
 		if len(converted) > 0 {
 			in.logger.Warn("converted identifier columns to binary: IDs now compare byte for byte", "migrated_table", t.name, "columns", converted)
@@ -179,8 +181,8 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Tables returns the inbox and dead-letter table names.
-func (in *Inbox) Tables() (inbox, deadLetter string) { return in.table, in.dead }
+// Tables returns the inbox and parked table names.
+func (in *Inbox) Tables() (inbox, parked string) { return in.table, in.parked }
 
 // Ping reports whether the inbox's database answers and its table can be
 // read. Consumers' health checks use it.
@@ -246,12 +248,12 @@ func callLocal(ctx context.Context, tx *gorm.DB, local LocalTx) error {
 	return callRecovering(ctx, tx, local)
 }
 
-// park stores r in the dead-letter table with cause, once per (group,
+// park stores r in the parked table with cause, once per (group,
 // message key). A second park of the same message is a no-op.
 func (in *Inbox) park(ctx context.Context, group string, r *Received, cause error) error {
 	m := r.Message
 	props, _ := jsonString(m.Properties)
-	row := DeadLetter{
+	row := ParkedRow{
 		ConsumerGroup:   group,
 		MsgID:           m.ID,
 		BrokerMessageID: r.BrokerMessageID,
@@ -264,9 +266,9 @@ func (in *Inbox) park(ctx context.Context, group string, r *Received, cause erro
 		Attempt:         r.Attempt,
 		ParkedAt:        time.Now().UTC(),
 	}
-	err := in.db.WithContext(ctx).Table(in.dead).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
+	err := in.db.WithContext(ctx).Table(in.parked).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
 	if err != nil {
-		return fmt.Errorf("txmsg: park %s in %s: %w", m.ID, in.dead, err)
+		return fmt.Errorf("txmsg: park %s in %s: %w", m.ID, in.parked, err)
 	}
 	return nil
 }

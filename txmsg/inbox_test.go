@@ -133,7 +133,7 @@ func TestInboxParksUndecodableBodyOnce(t *testing.T) {
 	}
 	require.False(t, ran)
 	_, deadTable := in.Tables()
-	var rows []txmsg.DeadLetter
+	var rows []txmsg.ParkedRow
 	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, []byte("\xff not json"), rows[0].Body)

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// parkFailed parks r in the dead-letter table after its handler failed for
+// parkFailed parks r in the parked table after its handler failed for
 // the last time, with cause (the handler's last error), and reports it to
 // the inbox's HookConsumed hooks with [OutcomeParked]. Consumers that retry
 // in place instead of through the broker (ordered consumers) use it when

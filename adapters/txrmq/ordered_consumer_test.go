@@ -229,7 +229,7 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	require.Equal(t, txmsg.OutcomeParked, last.outcome)
 
 	_, deadTable := b.inbox.Tables()
-	var rows []txmsg.DeadLetter
+	var rows []txmsg.ParkedRow
 	require.NoError(t, b.db.Table(deadTable).Where("msg_id = ?", poison.ID).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, poison.Body, rows[0].Body)

@@ -61,7 +61,7 @@ type SweeperConfig struct {
 	// dead list -kind consumer -group <sweeper group>` lists them, and
 	// `dead requeue` publishes one once an operator has checked that its
 	// transaction committed. Nil means the dead-letter table
-	// (txmsg.DefaultDeadLetterTable) in the checker's database. When
+	// (txmsg.DefaultParkedTable) in the checker's database. When
 	// parking fails, the message is left unacknowledged on the broker.
 	DeadLetters *txmsg.Inbox
 }

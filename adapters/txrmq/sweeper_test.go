@@ -179,10 +179,10 @@ func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
 	require.True(t, ok)
 	require.ErrorIs(t, herr, checker.ErrBeyondPurgeHorizon)
 	// The hook fires first; the error line and the parked row follow.
-	var parked []txmsg.DeadLetter
+	var parked []txmsg.ParkedRow
 	require.Eventually(t, func() bool {
 		parked = nil
-		return e.db.Table(txmsg.DefaultDeadLetterTable).Where("msg_id = ?", committed).Find(&parked).Error == nil &&
+		return e.db.Table(txmsg.DefaultParkedTable).Where("msg_id = ?", committed).Find(&parked).Error == nil &&
 			len(parked) > 0 && logs.countLines("level=ERROR", "purge horizon", committed) > 0
 	}, 30*time.Second, 50*time.Millisecond, "the held message was not parked and logged; logs:\n%s", logs)
 	require.Equal(t, 1, logs.countLines("level=ERROR", "purge horizon", committed))

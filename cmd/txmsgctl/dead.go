@@ -85,7 +85,7 @@ func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
 
 // parked returns the parked messages with the given txmsg IDs (all when
 // ids is empty), of d.group when set, oldest first.
-func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.DeadLetter, error) {
+func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.ParkedRow, error) {
 	return k.inbox.Parked(ctx, txmsg.ParkedFilter{Group: d.group, IDs: ids, Limit: limit})
 }
 

@@ -306,7 +306,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 		"dead", "requeue", "-kind", "consumer", "-producer-group", testbed.Name(t, "ctl"), id)
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, "replayed "+id+" (topic "+topic+") to group "+group+" only")
-	require.Zero(t, count(t, db, txmsg.DefaultDeadLetterTable, "1 = 1"))
+	require.Zero(t, count(t, db, txmsg.DefaultParkedTable, "1 = 1"))
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -43,7 +43,7 @@ func TestInboxParkFailed(t *testing.T) {
 	require.NoError(t, driver.ParkFailed(in, context.Background(), "g", r, cause), "parking twice is a no-op")
 
 	_, deadTable := in.Tables()
-	var rows []txmsg.DeadLetter
+	var rows []txmsg.ParkedRow
 	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, id, rows[0].MsgID)
