@@ -132,9 +132,9 @@ func TestInboxParksUndecodableBodyOnce(t *testing.T) {
 		require.Equal(t, txmsg.OutcomeParked, o)
 	}
 	require.False(t, ran)
-	_, deadTable := in.Tables()
+	_, parkedTable := in.Tables()
 	var rows []txmsg.ParkedRow
-	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
+	require.NoError(t, db.Table(parkedTable).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, []byte("\xff not json"), rows[0].Body)
 	require.Equal(t, id, rows[0].MsgID)
@@ -185,9 +185,9 @@ func TestInboxIDsDifferingInCaseAreDistinct(t *testing.T) {
 		require.NoError(t, err, id)
 		require.Equal(t, txmsg.OutcomeParked, o, id)
 	}
-	_, deadTable := in.Tables()
+	_, parkedTable := in.Tables()
 	var parked []string
-	require.NoError(t, db.Table(deadTable).Order("id").Pluck("msg_id", &parked).Error)
+	require.NoError(t, db.Table(parkedTable).Order("id").Pluck("msg_id", &parked).Error)
 	require.Equal(t, []string{upper + "-bad", lower + "-bad"}, parked)
 }
 

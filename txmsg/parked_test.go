@@ -39,7 +39,7 @@ func TestParkedListDeleteAndPurge(t *testing.T) {
 	t.Parallel()
 	in, db := newInbox(t)
 	ctx := context.Background()
-	_, dead := in.Tables()
+	_, parkedTable := in.Tables()
 	park(t, in, "g1", "a", "b", "c")
 	park(t, in, "g2", "a", "d")
 
@@ -63,7 +63,7 @@ func TestParkedListDeleteAndPurge(t *testing.T) {
 	require.Equal(t, []string{"g1/a", "g1/b", "g1/c", "g2/d"}, parkedIDs(t, in, txmsg.ParkedFilter{}))
 
 	// By age: b and d were parked two hours ago.
-	require.NoError(t, db.Table(dead).Where("msg_id IN ?", []string{"b", "d"}).
+	require.NoError(t, db.Table(parkedTable).Where("msg_id IN ?", []string{"b", "d"}).
 		Update("parked_at", time.Now().UTC().Add(-2*time.Hour)).Error)
 	n, err = in.PurgeParked(ctx, time.Hour, 0, "g2")
 	require.NoError(t, err)
@@ -80,7 +80,7 @@ func TestParkedListDeleteAndPurge(t *testing.T) {
 	require.Empty(t, parkedIDs(t, in, txmsg.ParkedFilter{}))
 }
 
-func TestDeadLetterMessageRebuildsTheMessage(t *testing.T) {
+func TestParkedRowMessageRebuildsTheMessage(t *testing.T) {
 	t.Parallel()
 	in, _ := newInbox(t)
 	park(t, in, "g", "m1")

@@ -167,12 +167,12 @@ func TestAdminEndToEnd(t *testing.T) {
 	require.GreaterOrEqual(t, rep.Outbox.OldestPendingSeconds, 59.0)
 	require.Equal(t, barrierStats{Table: "txmsg_barrier", Present: true, Committed: 1, RolledBack: 1}, rep.Barrier)
 	require.Equal(t, groupCounts{Table: "txmsg_inbox", Present: true, Rows: 2, Groups: map[string]int64{"inventory": 2}}, rep.Inbox)
-	require.EqualValues(t, 2, rep.DeadLetters.Rows)
+	require.EqualValues(t, 2, rep.Parked.Rows)
 	require.NotContains(t, rep.Database, "txmsg:txmsg@", "the password is masked")
 
 	r = ctl(t, vars, "stats")
 	require.Equal(t, exitOK, r.code, r)
-	for _, want := range []string{"pending", "oldest 1m", "rolled_back", "group inventory", "dead letters"} {
+	for _, want := range []string{"pending", "oldest 1m", "rolled_back", "group inventory", "parked"} {
 		require.Contains(t, r.stdout, want)
 	}
 

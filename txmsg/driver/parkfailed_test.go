@@ -42,9 +42,9 @@ func TestInboxParkFailed(t *testing.T) {
 	require.NoError(t, driver.ParkFailed(in, context.Background(), "g", r, cause))
 	require.NoError(t, driver.ParkFailed(in, context.Background(), "g", r, cause), "parking twice is a no-op")
 
-	_, deadTable := in.Tables()
+	_, parkedTable := in.Tables()
 	var rows []txmsg.ParkedRow
-	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
+	require.NoError(t, db.Table(parkedTable).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, id, rows[0].MsgID)
 	require.Equal(t, "g", rows[0].ConsumerGroup)
