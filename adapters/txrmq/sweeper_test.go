@@ -130,7 +130,7 @@ func (h *heldHook) get(id string) (error, bool) {
 // A committed transaction's half message reaches the sweeper after its
 // barrier row was purged. A missing row then proves nothing: the sweeper
 // must not drop the event as rolled back, but keep it for an operator,
-// parked in the dead-letter table, with an error log and a hook call.
+// parked in the inbox's parked table, with an error log and a hook call.
 func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
