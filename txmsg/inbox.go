@@ -53,11 +53,13 @@ type InboxRow struct {
 }
 
 // ParkedRow is a parked message: one row of the parked table. A consumer
-// parks a message it could not decode (and an ordered consumer one whose
-// handler failed for the last time), with its raw bytes so nothing is
-// lost. It is acknowledged to the broker and never retried by itself; see docs/operations.md for inspecting and replaying. The
-// identifier columns are VARBINARY like the inbox's; tag and keys stay text:
-// they copy what arrived, and nothing looks rows up by them.
+// parks a message it could not decode (an ordered consumer also one whose
+// handler failed for the last time, the sweeper a half message whose
+// outcome cannot be known), with its raw bytes so nothing is lost. It is
+// acknowledged to the broker and never retried by itself; see
+// docs/operations.md for inspecting and replaying. The identifier columns
+// are VARBINARY like the inbox's; tag and keys stay text: they copy what
+// arrived, and nothing looks rows up by them.
 type ParkedRow struct {
 	ID              int64     `gorm:"primaryKey;autoIncrement"`
 	ConsumerGroup   string    `gorm:"type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
@@ -109,8 +111,9 @@ const (
 	// OutcomeDuplicate means the message was handled before; the handler
 	// did not run.
 	OutcomeDuplicate
-	// OutcomeParked means the body could not be decoded; the message was
-	// parked in the parked table.
+	// OutcomeParked means the message was parked in the inbox's parked
+	// table: its body could not be decoded (or, from an ordered consumer,
+	// its handler failed for the last time).
 	OutcomeParked
 )
 
