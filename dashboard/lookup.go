@@ -41,7 +41,7 @@ type txView struct {
 	Outbox     *outbox.Row
 	Inbox      []txmsg.InboxRow
 	InboxErr   string
-	Parked     []txmsg.DeadLetter
+	Parked     []txmsg.ParkedRow
 }
 
 type brokerMessage struct {
@@ -82,9 +82,9 @@ func (d *Dashboard) transaction(r *http.Request) (string, string, any, error) {
 		add(rows[i].MsgID)
 		topics[rows[i].Topic] = true
 	}
-	parked, err := d.inbox.FindParked(ctx, txmsg.ParkedQuery{Key: q, Limit: lookupLimit})
+	parked, err := d.inbox.Parked(ctx, txmsg.ParkedFilter{Key: q, Limit: lookupLimit})
 	data.ParkedErr = errText(err)
-	parkedByID := map[string][]txmsg.DeadLetter{}
+	parkedByID := map[string][]txmsg.ParkedRow{}
 	for _, p := range parked {
 		parkedByID[p.MsgID] = append(parkedByID[p.MsgID], p)
 		add(p.MsgID)

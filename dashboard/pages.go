@@ -339,7 +339,7 @@ type consumersData struct {
 
 type parkedGroup struct {
 	Group string
-	Rows  []txmsg.DeadLetter
+	Rows  []txmsg.ParkedRow
 }
 
 func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
@@ -359,7 +359,7 @@ func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return "", "", nil, err
 	}
-	rows, err := d.inbox.FindParked(r.Context(), txmsg.ParkedQuery{Group: data.Group, Key: data.Key, AfterID: after, Limit: data.Limit + 1})
+	rows, err := d.inbox.Parked(r.Context(), txmsg.ParkedFilter{Group: data.Group, Key: data.Key, AfterID: after, Limit: data.Limit + 1})
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -396,7 +396,7 @@ func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
 }
 
 type parkedData struct {
-	Row        *txmsg.DeadLetter
+	Row        *txmsg.ParkedRow
 	Body       body
 	Properties map[string]string
 	Replay     bool
@@ -426,7 +426,7 @@ func (d *Dashboard) parkedBody(w http.ResponseWriter, r *http.Request) {
 }
 
 // findParked reads the parked message the query's group and id name.
-func (d *Dashboard) findParked(r *http.Request, path string) (*txmsg.DeadLetter, error) {
+func (d *Dashboard) findParked(r *http.Request, path string) (*txmsg.ParkedRow, error) {
 	q := r.URL.Query()
 	group, err := text(q, "group")
 	if err != nil {

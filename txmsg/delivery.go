@@ -7,8 +7,10 @@ import (
 	"gorm.io/gorm"
 )
 
-// Received is a message as a broker adapter hands it to txmsg's consumer
-// logic, before decoding.
+// Received is a message as a consumer received it from the broker, before
+// decoding: what [HookBeforeHandle] and [HookConsumed] hooks see of it.
+// Consumers build one per delivery (see package
+// [github.com/txmsg/txmsg/txmsg/driver]).
 type Received struct {
 	// Message is the envelope. Message.ID is the dedupe key: the txmsg ID
 	// when the producer set one, otherwise the broker's message ID.

@@ -19,6 +19,11 @@
 // A service changes mode by wiring a different [Transactor]; its business
 // code does not change.
 //
+// Those adapters build on package [github.com/txmsg/txmsg/txmsg/driver],
+// which holds what an adapter calls to keep txmsg's guarantees (run a
+// received message through its route and inbox, park it, call the hooks).
+// Applications do not need it.
+//
 // # Transact opens its own transaction
 //
 // [Transactor.Transact] (and [Producer.Send]) begins a new database

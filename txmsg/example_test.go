@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // OrderCreated is the event of these examples.
@@ -163,17 +164,17 @@ func (t tracer) OnLocalDone(_ context.Context, msg *txmsg.Message, state txmsg.L
 // Hooks observe components' events. A component takes them in its config
 // (stack.Config.Hooks, outbox.Config.Hooks, txrmq.Config.Hooks,
 // txmsg.InboxConfig.Hooks) and calls, for each event, the hooks that
-// implement that event's interface. Here the dispatch is called directly,
-// as a Transactor does.
+// implement that event's interface. Here the dispatch functions of package
+// txmsg/driver are called directly, as a Transactor calls them.
 func ExampleHooks() {
 	var log strings.Builder
 	hooks := txmsg.Hooks{tracer{&log}}
 	ctx := context.Background()
 	msg := &txmsg.Message{Topic: "order-created"}
 
-	hooks.BeforeSend(ctx, msg) // before validation, so hooks may add properties
-	hooks.LocalDone(ctx, msg, txmsg.StateRolledBack, errors.New("out of stock"), time.Millisecond)
-	hooks.RelayBatch(ctx, 10, 0, time.Millisecond) // tracer does not implement HookRelayBatch
+	driver.BeforeSend(hooks, ctx, msg) // before validation, so hooks may add properties
+	driver.LocalDone(hooks, ctx, msg, txmsg.StateRolledBack, errors.New("out of stock"), time.Millisecond)
+	driver.RelayBatch(hooks, ctx, 10, 0, time.Millisecond) // tracer does not implement HookRelayBatch
 
 	fmt.Println(msg.Properties["trace_id"])
 	fmt.Print(log.String())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // keyedEffect has a unique key: a handler that writes one twice fails with
@@ -33,20 +34,20 @@ func TestInboxExpectedPathsNotLoggedAsErrors(t *testing.T) {
 
 	id := txmsg.NewID()
 	for range 3 {
-		_, err := in.Run(ctx, "g", "events", id, write)
+		_, err := driver.Run(in, ctx, "g", "events", id, write)
 		require.NoError(t, err)
 	}
 	require.Empty(t, rec.All(), "a redelivered copy")
 
 	// The handler's own duplicate is the caller's error: logged.
-	_, err = in.Run(ctx, "g", "events", txmsg.NewID(), write)
+	_, err = driver.Run(in, ctx, "g", "events", txmsg.NewID(), write)
 	require.Error(t, err)
 	require.Len(t, rec.Containing("Duplicate entry"), 1, rec.All())
 
 	// A real failure of the inbox's own statement: logged.
 	broken, err := txmsg.NewInbox(db, txmsg.InboxConfig{Table: "no_such_inbox"})
 	require.NoError(t, err)
-	_, err = broken.Run(ctx, "g", "events", txmsg.NewID(), write)
+	_, err = driver.Run(broken, ctx, "g", "events", txmsg.NewID(), write)
 	require.Error(t, err)
 	require.Len(t, rec.Containing("no_such_inbox"), 1, rec.All())
 }

@@ -60,7 +60,7 @@ type HookCheckBack interface {
 // HookHeld is called when the outcome of a transactional message cannot be
 // known because its barrier row may have been purged (the transaction is
 // older than the purge horizon). The message is kept where an operator sees
-// it, never dropped: the sweeper parks it in the dead-letter table (or
+// it, never dropped: the sweeper parks it in the inbox's parked table (or
 // leaves it on the broker), and a check-back answers UNKNOWN. err says why.
 type HookHeld interface {
 	OnHeld(txID, topic string, err error)
@@ -95,7 +95,8 @@ type HookConsumed interface {
 	OnConsumed(ctx context.Context, group string, r *Received, outcome Outcome, err error, took time.Duration)
 }
 
-// Hooks is a list of hooks with one dispatch method per event.
+// Hooks is a list of hooks. Components call them for each event through
+// the dispatch functions of package [github.com/txmsg/txmsg/txmsg/driver].
 type Hooks []Hook
 
 // hookKind is one event of the hook interfaces.
@@ -144,10 +145,10 @@ func (hs Hooks) Validate() error {
 	return nil
 }
 
-// Bind validates hs (see [Hooks.Validate]) and returns hooks that log a
+// bind validates hs (see [Hooks.Validate]) and returns hooks that log a
 // hook's first panic of each kind of event to log (nil means
 // slog.Default()). Components call it on the hooks of their config.
-func (hs Hooks) Bind(log *slog.Logger) (Hooks, error) {
+func (hs Hooks) bind(log *slog.Logger) (Hooks, error) {
 	if err := hs.Validate(); err != nil {
 		return nil, err
 	}
@@ -220,8 +221,8 @@ func inner(h Hook) Hook {
 	return h
 }
 
-// BeforeSend calls every HookBeforeSend.
-func (hs Hooks) BeforeSend(ctx context.Context, msg *Message) {
+// beforeSend calls every HookBeforeSend.
+func (hs Hooks) beforeSend(ctx context.Context, msg *Message) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookBeforeSend); ok {
 			safe(hk, kindBeforeSend, func() { h.BeforeSend(ctx, msg) })
@@ -229,8 +230,8 @@ func (hs Hooks) BeforeSend(ctx context.Context, msg *Message) {
 	}
 }
 
-// HalfSent calls every HookHalfSent.
-func (hs Hooks) HalfSent(ctx context.Context, msg *Message, err error, took time.Duration) {
+// halfSent calls every HookHalfSent.
+func (hs Hooks) halfSent(ctx context.Context, msg *Message, err error, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookHalfSent); ok {
 			safe(hk, kindHalfSent, func() { h.OnHalfSent(ctx, msg, err, took) })
@@ -238,8 +239,8 @@ func (hs Hooks) HalfSent(ctx context.Context, msg *Message, err error, took time
 	}
 }
 
-// LocalDone calls every HookLocalDone.
-func (hs Hooks) LocalDone(ctx context.Context, msg *Message, state LocalState, err error, took time.Duration) {
+// localDone calls every HookLocalDone.
+func (hs Hooks) localDone(ctx context.Context, msg *Message, state LocalState, err error, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookLocalDone); ok {
 			safe(hk, kindLocalDone, func() { h.OnLocalDone(ctx, msg, state, err, took) })
@@ -247,8 +248,8 @@ func (hs Hooks) LocalDone(ctx context.Context, msg *Message, state LocalState, e
 	}
 }
 
-// CheckBack calls every HookCheckBack.
-func (hs Hooks) CheckBack(txID, topic string, state LocalState, err error, took time.Duration) {
+// checkBack calls every HookCheckBack.
+func (hs Hooks) checkBack(txID, topic string, state LocalState, err error, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookCheckBack); ok {
 			safe(hk, kindCheckBack, func() { h.OnCheckBack(txID, topic, state, err, took) })
@@ -256,8 +257,8 @@ func (hs Hooks) CheckBack(txID, topic string, state LocalState, err error, took 
 	}
 }
 
-// Held calls every HookHeld.
-func (hs Hooks) Held(txID, topic string, err error) {
+// held calls every HookHeld.
+func (hs Hooks) held(txID, topic string, err error) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookHeld); ok {
 			safe(hk, kindHeld, func() { h.OnHeld(txID, topic, err) })
@@ -265,8 +266,8 @@ func (hs Hooks) Held(txID, topic string, err error) {
 	}
 }
 
-// RelayBatch calls every HookRelayBatch.
-func (hs Hooks) RelayBatch(ctx context.Context, size, failed int, took time.Duration) {
+// relayBatch calls every HookRelayBatch.
+func (hs Hooks) relayBatch(ctx context.Context, size, failed int, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookRelayBatch); ok {
 			safe(hk, kindRelayBatch, func() { h.OnRelayBatch(ctx, size, failed, took) })
@@ -274,8 +275,8 @@ func (hs Hooks) RelayBatch(ctx context.Context, size, failed int, took time.Dura
 	}
 }
 
-// RelayUnavailable calls every HookRelayUnavailable.
-func (hs Hooks) RelayUnavailable(ctx context.Context, rows int, err error) {
+// relayUnavailable calls every HookRelayUnavailable.
+func (hs Hooks) relayUnavailable(ctx context.Context, rows int, err error) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookRelayUnavailable); ok {
 			safe(hk, kindRelayUnavailable, func() { h.OnRelayUnavailable(ctx, rows, err) })
@@ -283,8 +284,8 @@ func (hs Hooks) RelayUnavailable(ctx context.Context, rows int, err error) {
 	}
 }
 
-// BeforeHandle calls every HookBeforeHandle, threading the context.
-func (hs Hooks) BeforeHandle(ctx context.Context, group string, r *Received) context.Context {
+// beforeHandle calls every HookBeforeHandle, threading the context.
+func (hs Hooks) beforeHandle(ctx context.Context, group string, r *Received) context.Context {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookBeforeHandle); ok {
 			safe(hk, kindBeforeHandle, func() {
@@ -297,8 +298,8 @@ func (hs Hooks) BeforeHandle(ctx context.Context, group string, r *Received) con
 	return ctx
 }
 
-// Consumed calls every HookConsumed.
-func (hs Hooks) Consumed(ctx context.Context, group string, r *Received, outcome Outcome, err error, took time.Duration) {
+// consumed calls every HookConsumed.
+func (hs Hooks) consumed(ctx context.Context, group string, r *Received, outcome Outcome, err error, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookConsumed); ok {
 			safe(hk, kindConsumed, func() { h.OnConsumed(ctx, group, r, outcome, err, took) })

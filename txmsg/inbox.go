@@ -14,10 +14,11 @@ import (
 	"github.com/txmsg/txmsg/internal/store"
 )
 
-// Default table names of the consumer side.
+// Default table names of the consumer side. The parked table's default
+// name, txmsg_dead_letter, is the one existing databases have.
 const (
-	DefaultInboxTable      = "txmsg_inbox"
-	DefaultDeadLetterTable = "txmsg_dead_letter"
+	DefaultInboxTable  = "txmsg_inbox"
+	DefaultParkedTable = "txmsg_dead_letter"
 )
 
 // DefaultPurgeBatch is the number of rows each purge statement deletes
@@ -51,12 +52,15 @@ type InboxRow struct {
 	HandledAt     time.Time `gorm:"precision:6;not null;index:idx_txmsg_inbox_handled_at"`
 }
 
-// DeadLetter is a message a consumer could not decode, parked with its raw
-// bytes so nothing is lost. It is acknowledged to the broker and never
-// retried by itself; see docs/operations.md for inspecting and replaying. The
-// identifier columns are VARBINARY like the inbox's; tag and keys stay text:
-// they copy what arrived, and nothing looks rows up by them.
-type DeadLetter struct {
+// ParkedRow is a parked message: one row of the parked table. A consumer
+// parks a message it could not decode (an ordered consumer also one whose
+// handler failed for the last time, the sweeper a half message whose
+// outcome cannot be known), with its raw bytes so nothing is lost. It is
+// acknowledged to the broker and never retried by itself; see
+// docs/operations.md for inspecting and replaying. The identifier columns
+// are VARBINARY like the inbox's; tag and keys stay text: they copy what
+// arrived, and nothing looks rows up by them.
+type ParkedRow struct {
 	ID              int64     `gorm:"primaryKey;autoIncrement"`
 	ConsumerGroup   string    `gorm:"type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:1"`
 	MsgID           string    `gorm:"column:msg_id;type:varbinary(255);size:255;not null;uniqueIndex:uk_txmsg_dead_group_msg,priority:2"`
@@ -75,9 +79,9 @@ type DeadLetter struct {
 type InboxConfig struct {
 	// Table is the inbox table. Default [DefaultInboxTable].
 	Table string
-	// DeadLetterTable is the table of parked messages. Default
-	// [DefaultDeadLetterTable].
-	DeadLetterTable string
+	// ParkedTable is the table of parked messages. Default
+	// [DefaultParkedTable].
+	ParkedTable string
 	// Logger receives the inbox's logs (duplicates skipped, at debug
 	// level); nil means slog.Default().
 	Logger *slog.Logger
@@ -93,7 +97,7 @@ type Inbox struct {
 	db     *gorm.DB // the inbox's own statements (store.Quiet)
 	user   *gorm.DB // as given: the handlers' transactions
 	table  string
-	dead   string
+	parked string
 	logger *slog.Logger
 	hooks  Hooks
 }
@@ -107,8 +111,9 @@ const (
 	// OutcomeDuplicate means the message was handled before; the handler
 	// did not run.
 	OutcomeDuplicate
-	// OutcomeParked means the body could not be decoded; the message was
-	// parked in the dead-letter table.
+	// OutcomeParked means the message was parked in the inbox's parked
+	// table: its body could not be decoded (or, from an ordered consumer,
+	// its handler failed for the last time).
 	OutcomeParked
 )
 
@@ -140,10 +145,10 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultInboxTable
 	}
-	if cfg.DeadLetterTable == "" {
-		cfg.DeadLetterTable = DefaultDeadLetterTable
+	if cfg.ParkedTable == "" {
+		cfg.ParkedTable = DefaultParkedTable
 	}
-	for _, t := range []string{cfg.Table, cfg.DeadLetterTable} {
+	for _, t := range []string{cfg.Table, cfg.ParkedTable} {
 		if !store.ValidIdent(t) {
 			return nil, fmt.Errorf("%w: inbox: table name %q is not a plain SQL identifier", ErrInvalidConfig, t)
 		}
@@ -151,15 +156,15 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	hooks, err := cfg.Hooks.bind(cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, dead: cfg.DeadLetterTable, hooks: hooks,
+	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, parked: cfg.ParkedTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
-// Migrate creates or updates the inbox and dead-letter tables. On tables
+// Migrate creates or updates the inbox and parked tables. On tables
 // created before their identifier columns were binary it converts those
 // columns first (one ALTER TABLE per table, which rebuilds it); see
 // docs/reliability.md.
@@ -167,7 +172,7 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	for _, t := range []struct {
 		name  string
 		model any
-	}{{in.table, &InboxRow{}}, {in.dead, &DeadLetter{}}} {
+	}{{in.table, &InboxRow{}}, {in.parked, &ParkedRow{}}} {
 		converted, err := store.Migrate(ctx, in.db, t.name, t.model)
 		if len(converted) > 0 {
 			in.logger.Warn("converted identifier columns to binary: IDs now compare byte for byte", "migrated_table", t.name, "columns", converted)
@@ -179,8 +184,8 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Tables returns the inbox and dead-letter table names.
-func (in *Inbox) Tables() (inbox, deadLetter string) { return in.table, in.dead }
+// Tables returns the inbox and parked table names.
+func (in *Inbox) Tables() (inbox, parked string) { return in.table, in.parked }
 
 // Ping reports whether the inbox's database answers and its table can be
 // read. Consumers' health checks use it.
@@ -198,11 +203,11 @@ func (in *Inbox) Ping(ctx context.Context) error {
 
 var errAlreadyHandled = errors.New("txmsg: already handled")
 
-// Run runs fn in a transaction whose first statement records (group, key)
+// run runs fn in a transaction whose first statement records (group, key)
 // in the inbox. When that pair is already recorded, fn does not run and the
 // outcome is [OutcomeDuplicate]. When fn fails or panics, everything rolls
 // back and the error is returned (a panic as [*PanicError]).
-func (in *Inbox) Run(ctx context.Context, group, topic, key string, fn func(ctx context.Context, tx *gorm.DB) error) (Outcome, error) {
+func (in *Inbox) run(ctx context.Context, group, topic, key string, fn func(ctx context.Context, tx *gorm.DB) error) (Outcome, error) {
 	if group == "" || key == "" {
 		return 0, fmt.Errorf("%w: inbox: consumer group and message key are required", ErrInvalidMessage)
 	}
@@ -239,19 +244,19 @@ func callRecovering(ctx context.Context, tx *gorm.DB, fn func(ctx context.Contex
 	return fn(ctx, tx)
 }
 
-// CallLocal runs local with tx, turning a panic into a [*PanicError]. Mode
+// callLocal runs local with tx, turning a panic into a [*PanicError]. Mode
 // implementations use it so a panicking LocalTx rolls back instead of
 // crashing the process.
-func CallLocal(ctx context.Context, tx *gorm.DB, local LocalTx) error {
+func callLocal(ctx context.Context, tx *gorm.DB, local LocalTx) error {
 	return callRecovering(ctx, tx, local)
 }
 
-// Park stores r in the dead-letter table with cause, once per (group,
-// message key). A second Park of the same message is a no-op.
-func (in *Inbox) Park(ctx context.Context, group string, r *Received, cause error) error {
+// park stores r in the parked table with cause, once per (group,
+// message key). A second park of the same message is a no-op.
+func (in *Inbox) park(ctx context.Context, group string, r *Received, cause error) error {
 	m := r.Message
 	props, _ := jsonString(m.Properties)
-	row := DeadLetter{
+	row := ParkedRow{
 		ConsumerGroup:   group,
 		MsgID:           m.ID,
 		BrokerMessageID: r.BrokerMessageID,
@@ -264,9 +269,9 @@ func (in *Inbox) Park(ctx context.Context, group string, r *Received, cause erro
 		Attempt:         r.Attempt,
 		ParkedAt:        time.Now().UTC(),
 	}
-	err := in.db.WithContext(ctx).Table(in.dead).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
+	err := in.db.WithContext(ctx).Table(in.parked).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
 	if err != nil {
-		return fmt.Errorf("txmsg: park %s in %s: %w", m.ID, in.dead, err)
+		return fmt.Errorf("txmsg: park %s in %s: %w", m.ID, in.parked, err)
 	}
 	return nil
 }

@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS `txmsg_inbox` (
   KEY `idx_txmsg_inbox_handled_at` (`handled_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- Messages whose body could not be decoded, parked with their raw bytes.
+-- The parked table (txmsg.ParkedRow): messages a consumer parked, such as
+-- bodies that could not be decoded, with their raw bytes.
 CREATE TABLE IF NOT EXISTS `txmsg_dead_letter` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
   `consumer_group` varbinary(255) NOT NULL,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 type effect struct {
@@ -52,7 +53,7 @@ func TestInboxRunsEachMessageOnce(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			o, err := route.Process(context.Background(), in, "g1", received(id, `{"n":5}`))
+			o, err := driver.Process(route, context.Background(), in, "g1", received(id, `{"n":5}`))
 			require.NoError(t, err)
 			outcomes[i] = o
 		}(i)
@@ -73,7 +74,7 @@ func TestInboxRunsEachMessageOnce(t *testing.T) {
 	require.EqualValues(t, 1, n)
 
 	// Another group handles the same message independently.
-	o, err := route.Process(context.Background(), in, "g2", received(id, `{"n":5}`))
+	o, err := driver.Process(route, context.Background(), in, "g2", received(id, `{"n":5}`))
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeHandled, o)
 }
@@ -96,10 +97,10 @@ func TestInboxHandlerErrorAndPanicRollBack(t *testing.T) {
 		return nil
 	})
 	id := txmsg.NewID()
-	_, err := route.Process(context.Background(), in, "g", received(id, `{}`))
+	_, err := driver.Process(route, context.Background(), in, "g", received(id, `{}`))
 	require.ErrorIs(t, err, boom)
 	mode.Store(1)
-	_, err = route.Process(context.Background(), in, "g", received(id, `{}`))
+	_, err = driver.Process(route, context.Background(), in, "g", received(id, `{}`))
 	var pe *txmsg.PanicError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "handler exploded", pe.Value)
@@ -109,7 +110,7 @@ func TestInboxHandlerErrorAndPanicRollBack(t *testing.T) {
 	require.Zero(t, n, "failed attempts leave no effect")
 
 	mode.Store(2)
-	o, err := route.Process(context.Background(), in, "g", received(id, `{}`))
+	o, err := driver.Process(route, context.Background(), in, "g", received(id, `{}`))
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeHandled, o)
 	require.NoError(t, db.Model(&effect{}).Count(&n).Error)
@@ -126,14 +127,14 @@ func TestInboxParksUndecodableBodyOnce(t *testing.T) {
 	})
 	id := txmsg.NewID()
 	for i := 0; i < 2; i++ {
-		o, err := route.Process(context.Background(), in, "g", received(id, "\xff not json"))
+		o, err := driver.Process(route, context.Background(), in, "g", received(id, "\xff not json"))
 		require.NoError(t, err)
 		require.Equal(t, txmsg.OutcomeParked, o)
 	}
 	require.False(t, ran)
-	_, deadTable := in.Tables()
-	var rows []txmsg.DeadLetter
-	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
+	_, parkedTable := in.Tables()
+	var rows []txmsg.ParkedRow
+	require.NoError(t, db.Table(parkedTable).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, []byte("\xff not json"), rows[0].Body)
 	require.Equal(t, id, rows[0].MsgID)
@@ -164,14 +165,14 @@ func TestInboxIDsDifferingInCaseAreDistinct(t *testing.T) {
 	upper := "Order-" + testbed.Suffix()
 	lower := strings.ToLower(upper)
 	for _, id := range []string{upper, lower} {
-		o, err := route.Process(ctx, in, "g", received(id, `{"n":1}`))
+		o, err := driver.Process(route, ctx, in, "g", received(id, `{"n":1}`))
 		require.NoError(t, err, id)
 		require.Equal(t, txmsg.OutcomeHandled, o, id)
 	}
-	o, err := route.Process(ctx, in, "G", received(lower, `{"n":1}`))
+	o, err := driver.Process(route, ctx, in, "G", received(lower, `{"n":1}`))
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeHandled, o, "consumer group G is not group g")
-	o, err = route.Process(ctx, in, "g", received(lower, `{"n":1}`))
+	o, err = driver.Process(route, ctx, in, "g", received(lower, `{"n":1}`))
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeDuplicate, o, "the same ID in the same group is still a duplicate")
 	require.EqualValues(t, 3, runs.Load())
@@ -180,13 +181,13 @@ func TestInboxIDsDifferingInCaseAreDistinct(t *testing.T) {
 	require.Equal(t, []string{upper, lower, lower}, effects)
 
 	for _, id := range []string{upper + "-bad", lower + "-bad"} {
-		o, err := route.Process(ctx, in, "g", received(id, "not json"))
+		o, err := driver.Process(route, ctx, in, "g", received(id, "not json"))
 		require.NoError(t, err, id)
 		require.Equal(t, txmsg.OutcomeParked, o, id)
 	}
-	_, deadTable := in.Tables()
+	_, parkedTable := in.Tables()
 	var parked []string
-	require.NoError(t, db.Table(deadTable).Order("id").Pluck("msg_id", &parked).Error)
+	require.NoError(t, db.Table(parkedTable).Order("id").Pluck("msg_id", &parked).Error)
 	require.Equal(t, []string{upper + "-bad", lower + "-bad"}, parked)
 }
 
@@ -202,7 +203,7 @@ func TestInboxPurgeRefusesAgesInsideRedeliverySpan(t *testing.T) {
 	noop := func(context.Context, *gorm.DB) error { return nil }
 	ids := []string{txmsg.NewID(), txmsg.NewID(), txmsg.NewID()}
 	for _, id := range ids {
-		_, err := in.Run(ctx, "g", "events", id, noop)
+		_, err := driver.Run(in, ctx, "g", "events", id, noop)
 		require.NoError(t, err)
 	}
 	count := func() int64 {

@@ -9,26 +9,27 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
-// TestFindParkedAndLookups: FindParked filters by group and by key (a
-// word of the keys or the txmsg ID), pages by primary key and refuses an
-// oversized page; ParkedMessage and Handled find one message's rows.
-func TestFindParkedAndLookups(t *testing.T) {
+// TestParkedSearchAndLookups: Parked filters by group, by key (a word of
+// the keys or the txmsg ID) and by key and IDs together, and pages by
+// primary key; ParkedMessage and Handled find one message's rows.
+func TestParkedSearchAndLookups(t *testing.T) {
 	t.Parallel()
 	in, _ := newInbox(t)
 	ctx := context.Background()
 	park := func(group, id string, keys ...string) {
 		r := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: "t_lookup", Keys: keys, Body: []byte("x")}, Attempt: 1}
-		require.NoError(t, in.Park(ctx, group, r, errors.New("cannot decode")))
+		require.NoError(t, driver.Park(in, ctx, group, r, errors.New("cannot decode")))
 	}
 	park("g1", "id-1", "order-1", "cust_9")
 	park("g2", "id-1", "order-1")
 	park("g1", "id-2", "order-2")
 	park("g1", "id-3")
 
-	ids := func(q txmsg.ParkedQuery) []string {
-		rows, err := in.FindParked(ctx, q)
+	ids := func(q txmsg.ParkedFilter) []string {
+		rows, err := in.Parked(ctx, q)
 		require.NoError(t, err)
 		var out []string
 		for _, r := range rows {
@@ -36,17 +37,18 @@ func TestFindParkedAndLookups(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []string{"g1/id-1", "g2/id-1", "g1/id-2", "g1/id-3"}, ids(txmsg.ParkedQuery{}))
-	require.Equal(t, []string{"g1/id-1", "g1/id-2", "g1/id-3"}, ids(txmsg.ParkedQuery{Group: "g1"}))
-	require.Equal(t, []string{"g1/id-1", "g2/id-1"}, ids(txmsg.ParkedQuery{Key: "order-1"}))
-	require.Equal(t, []string{"g1/id-1"}, ids(txmsg.ParkedQuery{Key: "cust_9"}))
-	require.Empty(t, ids(txmsg.ParkedQuery{Key: "cust_"}))
-	require.Equal(t, []string{"g1/id-3"}, ids(txmsg.ParkedQuery{Key: "id-3"}))
-	first, err := in.FindParked(ctx, txmsg.ParkedQuery{Limit: 2})
+	require.Equal(t, []string{"g1/id-1", "g2/id-1", "g1/id-2", "g1/id-3"}, ids(txmsg.ParkedFilter{}))
+	require.Equal(t, []string{"g1/id-1", "g1/id-2", "g1/id-3"}, ids(txmsg.ParkedFilter{Group: "g1"}))
+	require.Equal(t, []string{"g1/id-1", "g2/id-1"}, ids(txmsg.ParkedFilter{Key: "order-1"}))
+	require.Equal(t, []string{"g1/id-1"}, ids(txmsg.ParkedFilter{Key: "cust_9"}))
+	require.Empty(t, ids(txmsg.ParkedFilter{Key: "cust_"}))
+	require.Equal(t, []string{"g1/id-3"}, ids(txmsg.ParkedFilter{Key: "id-3"}))
+	first, err := in.Parked(ctx, txmsg.ParkedFilter{Limit: 2})
 	require.NoError(t, err)
-	require.Equal(t, []string{"g1/id-2", "g1/id-3"}, ids(txmsg.ParkedQuery{AfterID: first[1].ID}))
-	_, err = in.FindParked(ctx, txmsg.ParkedQuery{Limit: txmsg.MaxParkedPage + 1})
-	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.Equal(t, []string{"g1/id-2", "g1/id-3"}, ids(txmsg.ParkedFilter{AfterID: first[1].ID}))
+	require.Equal(t, []string{"g2/id-1"}, ids(txmsg.ParkedFilter{AfterID: first[0].ID, Limit: 1}))
+	require.Equal(t, []string{"g2/id-1"}, ids(txmsg.ParkedFilter{Key: "order-1", IDs: []string{"id-1", "id-2"}, Group: "g2"}))
+	require.Empty(t, ids(txmsg.ParkedFilter{Key: "order-2", IDs: []string{"id-1"}}))
 
 	row, err := in.ParkedMessage(ctx, "g2", "id-1")
 	require.NoError(t, err)
@@ -55,7 +57,7 @@ func TestFindParkedAndLookups(t *testing.T) {
 	require.ErrorIs(t, err, txmsg.ErrNotParked)
 
 	for _, g := range []string{"billing", "shipping"} {
-		_, err := in.Run(ctx, g, "t_lookup", "id-9", func(context.Context, *gorm.DB) error { return nil })
+		_, err := driver.Run(in, ctx, g, "t_lookup", "id-9", func(context.Context, *gorm.DB) error { return nil })
 		require.NoError(t, err)
 	}
 	handled, err := in.Handled(ctx, "id-9")

@@ -140,7 +140,7 @@ func (m *Message) Validate(maxBody int) error {
 		if k == "" || strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02") {
 			return fmt.Errorf("%w: property %q: names must be non-empty and names and values must not contain \\x01 or \\x02", ErrInvalidMessage, k)
 		}
-		if ReservedProperty(k) {
+		if reservedProperty(k) {
 			return fmt.Errorf("%w: property %q is reserved by the broker or by txmsg", ErrInvalidMessage, k)
 		}
 	}
@@ -181,8 +181,8 @@ func (m *Message) AllKeys() []string {
 	return keys
 }
 
-// ReservedProperty reports whether name is a property the broker protocol
+// reservedProperty reports whether name is a property the broker protocol
 // or txmsg sets itself; applications may not set it.
-func ReservedProperty(name string) bool {
+func reservedProperty(name string) bool {
 	return reservedProperties[name] || name == PropertyID || name == PropertyShardingKey || name == PropertyTopic
 }

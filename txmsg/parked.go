@@ -14,13 +14,21 @@ import (
 	"github.com/txmsg/txmsg/internal/store"
 )
 
-// ParkedFilter selects parked messages (rows of the dead-letter table).
+// ParkedFilter selects parked messages (rows of the parked table) for
+// [Inbox.Parked]. The zero value selects every one; the fields that are
+// set must all match.
 type ParkedFilter struct {
 	// Group keeps the messages parked by this consumer group only; empty
 	// means every group.
 	Group string
 	// IDs keeps the messages with these txmsg IDs only; empty means all.
 	IDs []string
+	// Key, when set, keeps the messages whose txmsg ID or one of whose
+	// keys equals it.
+	Key string
+	// AfterID, when positive, starts after the row with this primary key
+	// (ParkedRow.ID): the ID of the last row of the previous page.
+	AfterID int64
 	// Limit is the most rows returned, oldest first; 0 means no limit.
 	Limit int
 }
@@ -31,6 +39,20 @@ func (f ParkedFilter) apply(q *gorm.DB) *gorm.DB {
 	}
 	if f.Group != "" {
 		q = q.Where(clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: f.Group})
+	}
+	if f.Key != "" {
+		esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(f.Key)
+		col := clause.Column{Name: "keys"}
+		q = q.Where(clause.Or(
+			clause.Eq{Column: clause.Column{Name: "msg_id"}, Value: f.Key},
+			clause.Eq{Column: col, Value: f.Key},
+			clause.Like{Column: col, Value: esc + " %"},
+			clause.Like{Column: col, Value: "% " + esc},
+			clause.Like{Column: col, Value: "% " + esc + " %"},
+		))
+	}
+	if f.AfterID > 0 {
+		q = q.Where(clause.Gt{Column: clause.Column{Name: "id"}, Value: f.AfterID})
 	}
 	return q
 }
@@ -44,18 +66,20 @@ func anySlice(ids []string) []any {
 }
 
 // Parked returns the parked messages f selects, oldest first, for
-// inspection before [Inbox.RequeueParked] or [Inbox.DeleteParked].
-func (in *Inbox) Parked(ctx context.Context, f ParkedFilter) ([]DeadLetter, error) {
+// inspection before [Inbox.RequeueParked] or [Inbox.DeleteParked], and one
+// page at a time with f.AfterID and f.Limit. A search by f.Key reads the
+// keys column without an index; bound the call's context.
+func (in *Inbox) Parked(ctx context.Context, f ParkedFilter) ([]ParkedRow, error) {
 	if f.Limit < 0 {
-		return nil, fmt.Errorf("%w: inbox: parked messages: Limit must not be negative", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: inbox: parked messages: Limit must not be negative; 0 means no limit", ErrInvalidConfig)
 	}
-	q := f.apply(in.db.WithContext(ctx).Table(in.dead)).Order("id")
+	q := f.apply(in.db.WithContext(ctx).Table(in.parked)).Order("id")
 	if f.Limit > 0 {
 		q = q.Limit(f.Limit)
 	}
-	var rows []DeadLetter
+	var rows []ParkedRow
 	if err := q.Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("txmsg: read %s: %w", in.dead, err)
+		return nil, fmt.Errorf("txmsg: read %s: %w", in.parked, err)
 	}
 	return rows, nil
 }
@@ -67,9 +91,9 @@ func (in *Inbox) DeleteParked(ctx context.Context, group string, ids ...string) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res := ParkedFilter{Group: group, IDs: ids}.apply(in.db.WithContext(ctx).Table(in.dead)).Delete(map[string]any{})
+	res := ParkedFilter{Group: group, IDs: ids}.apply(in.db.WithContext(ctx).Table(in.parked)).Delete(map[string]any{})
 	if res.Error != nil {
-		return 0, fmt.Errorf("txmsg: delete from %s: %w", in.dead, res.Error)
+		return 0, fmt.Errorf("txmsg: delete from %s: %w", in.parked, res.Error)
 	}
 	if res.RowsAffected > 0 {
 		in.logger.Info("deleted parked messages", "rows", res.RowsAffected, "group", group, "txmsg_ids", ids)
@@ -94,7 +118,7 @@ func (in *Inbox) PurgeParked(ctx context.Context, olderThan time.Duration, batch
 	if olderThan == 0 {
 		cutoff = cutoff.Add(time.Second)
 	}
-	n, err := store.PurgeBefore(ctx, in.db, in.dead, "id", "parked_at", cutoff, batch, where...)
+	n, err := store.PurgeBefore(ctx, in.db, in.parked, "id", "parked_at", cutoff, batch, where...)
 	if n > 0 {
 		in.logger.Info("purged parked messages", "rows", n, "group", group, "older_than", olderThan)
 	}
@@ -107,7 +131,7 @@ func (in *Inbox) PurgeParked(ctx context.Context, olderThan time.Duration, batch
 // Message rebuilds the message d holds, with its txmsg ID, so that
 // consumers still dedupe it, and its user properties (the reserved ones
 // are set again when it is sent).
-func (d DeadLetter) Message() (*Message, error) {
+func (d ParkedRow) Message() (*Message, error) {
 	m := &Message{ID: d.MsgID, Topic: d.Topic, Tag: d.Tag, Keys: strings.Fields(d.Keys), Body: d.Body}
 	if d.Properties != "" && d.Properties != "{}" && d.Properties != "null" {
 		var props map[string]string
@@ -115,7 +139,7 @@ func (d DeadLetter) Message() (*Message, error) {
 			return nil, fmt.Errorf("txmsg: parked message %s has unreadable properties: %w", d.MsgID, err)
 		}
 		for k, v := range props {
-			if ReservedProperty(k) {
+			if reservedProperty(k) {
 				continue
 			}
 			if m.Properties == nil {
@@ -185,9 +209,9 @@ func (in *Inbox) RequeueParked(ctx context.Context, pub Publisher, group string,
 		}
 		var deleted int64
 		err = in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			res := ParkedFilter{Group: r.ConsumerGroup, IDs: []string{m.ID}}.apply(tx.Table(in.dead)).Delete(map[string]any{})
+			res := ParkedFilter{Group: r.ConsumerGroup, IDs: []string{m.ID}}.apply(tx.Table(in.parked)).Delete(map[string]any{})
 			if res.Error != nil {
-				return fmt.Errorf("txmsg: delete parked %s of group %s from %s: %w", m.ID, r.ConsumerGroup, in.dead, res.Error)
+				return fmt.Errorf("txmsg: delete parked %s of group %s from %s: %w", m.ID, r.ConsumerGroup, in.parked, res.Error)
 			}
 			deleted = res.RowsAffected
 			if err := gp.PublishToGroup(ctx, r.ConsumerGroup, m); err != nil {
@@ -212,7 +236,7 @@ func (in *Inbox) HandledByGroup(ctx context.Context) (map[string]int64, error) {
 
 // ParkedByGroup counts the parked messages of each consumer group.
 func (in *Inbox) ParkedByGroup(ctx context.Context) (map[string]int64, error) {
-	return in.countByGroup(ctx, in.dead)
+	return in.countByGroup(ctx, in.parked)
 }
 
 func (in *Inbox) countByGroup(ctx context.Context, table string) (map[string]int64, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // park parks one message per id for group, with body "raw-<id>".
@@ -19,7 +20,7 @@ func park(t *testing.T, in *txmsg.Inbox, group string, ids ...string) {
 		r := received(id, "raw-"+id)
 		r.Message.Keys = []string{"k1", "k2"}
 		r.Message.Properties = map[string]string{"tenant": "acme", txmsg.PropertyID: id}
-		require.NoError(t, in.Park(context.Background(), group, r, txmsg.ErrDecode))
+		require.NoError(t, driver.Park(in, context.Background(), group, r, txmsg.ErrDecode))
 	}
 }
 
@@ -38,7 +39,7 @@ func TestParkedListDeleteAndPurge(t *testing.T) {
 	t.Parallel()
 	in, db := newInbox(t)
 	ctx := context.Background()
-	_, dead := in.Tables()
+	_, parkedTable := in.Tables()
 	park(t, in, "g1", "a", "b", "c")
 	park(t, in, "g2", "a", "d")
 
@@ -62,7 +63,7 @@ func TestParkedListDeleteAndPurge(t *testing.T) {
 	require.Equal(t, []string{"g1/a", "g1/b", "g1/c", "g2/d"}, parkedIDs(t, in, txmsg.ParkedFilter{}))
 
 	// By age: b and d were parked two hours ago.
-	require.NoError(t, db.Table(dead).Where("msg_id IN ?", []string{"b", "d"}).
+	require.NoError(t, db.Table(parkedTable).Where("msg_id IN ?", []string{"b", "d"}).
 		Update("parked_at", time.Now().UTC().Add(-2*time.Hour)).Error)
 	n, err = in.PurgeParked(ctx, time.Hour, 0, "g2")
 	require.NoError(t, err)
@@ -79,7 +80,7 @@ func TestParkedListDeleteAndPurge(t *testing.T) {
 	require.Empty(t, parkedIDs(t, in, txmsg.ParkedFilter{}))
 }
 
-func TestDeadLetterMessageRebuildsTheMessage(t *testing.T) {
+func TestParkedRowMessageRebuildsTheMessage(t *testing.T) {
 	t.Parallel()
 	in, _ := newInbox(t)
 	park(t, in, "g", "m1")
@@ -190,7 +191,7 @@ func TestRequeueParkedKeepsAMessageParkedAgain(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = in.Park(context.Background(), "g", &txmsg.Received{Message: m, BrokerMessageID: "again", Attempt: 1}, txmsg.ErrDecode)
+			_ = driver.Park(in, context.Background(), "g", &txmsg.Received{Message: m, BrokerMessageID: "again", Attempt: 1}, txmsg.ErrDecode)
 		}()
 		// Give the Park time to reach the database before the requeue
 		// goes on. If it is late, it parks after the requeue and the test

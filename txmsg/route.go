@@ -10,9 +10,9 @@ import (
 	"gorm.io/gorm"
 )
 
-// Route binds a typed [Handler] to a topic. Broker adapters take Routes and
-// call [Route.Process] for each message they receive; the route decodes the
-// body, dedupes through the [Inbox] and runs the handler.
+// Route binds a typed [Handler] to a topic. Consumers take Routes, and for
+// each message they receive the route decodes the body, dedupes through the
+// [Inbox] and runs the handler.
 type Route struct {
 	topic   string
 	tags    string
@@ -44,12 +44,12 @@ func Handle[T any](topic Topic[T], h Handler[T], opts ...RouteOption) Route {
 	r.process = func(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
 		event, err := codec.Decode(rec.Message.Body)
 		if err != nil {
-			if perr := in.Park(ctx, group, rec, err); perr != nil {
+			if perr := in.park(ctx, group, rec, err); perr != nil {
 				return 0, perr
 			}
 			return OutcomeParked, nil
 		}
-		return in.Run(ctx, group, rec.Message.Topic, rec.Message.ID, func(ctx context.Context, tx *gorm.DB) error {
+		return in.run(ctx, group, rec.Message.Topic, rec.Message.ID, func(ctx context.Context, tx *gorm.DB) error {
 			return h(ctx, tx, Delivery[T]{
 				Event:           event,
 				Message:         rec.Message,
@@ -85,11 +85,11 @@ func (r Route) Validate() error {
 	return nil
 }
 
-// Process handles one received message for group: decode, dedupe, run the
+// handle handles one received message for group: decode, dedupe, run the
 // handler. A nil error means the message may be acknowledged (it was
 // handled, was a duplicate, or was parked); an error means the broker should
 // deliver it again.
-func (r Route) Process(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
+func (r Route) handle(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
 	if rec == nil || rec.Message == nil {
 		return 0, fmt.Errorf("%w: received message is nil", ErrInvalidMessage)
 	}
@@ -97,9 +97,9 @@ func (r Route) Process(ctx context.Context, in *Inbox, group string, rec *Receiv
 		return r.process(ctx, in, group, rec)
 	}
 	start := time.Now()
-	ctx = in.hooks.BeforeHandle(ctx, group, rec)
+	ctx = in.hooks.beforeHandle(ctx, group, rec)
 	outcome, err := r.process(ctx, in, group, rec)
-	in.hooks.Consumed(ctx, group, rec, outcome, err, time.Since(start))
+	in.hooks.consumed(ctx, group, rec, outcome, err, time.Since(start))
 	return outcome, err
 }
 

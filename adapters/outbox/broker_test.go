@@ -17,6 +17,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // The tests in this file publish through the real broker and watch
@@ -124,7 +125,7 @@ func TestBrokerCrashRepublishIsDeduped(t *testing.T) {
 	group := testbed.Name(t, "dedupe")
 	obs := testbed.Observe(t, e.topic, func(m *primitive.MessageExt) error {
 		id := m.GetProperty(txmsg.PropertyID)
-		_, err := inbox.Run(context.Background(), group, m.Topic, id, func(ctx context.Context, tx *gorm.DB) error {
+		_, err := driver.Run(inbox, context.Background(), group, m.Topic, id, func(ctx context.Context, tx *gorm.DB) error {
 			return tx.Exec("INSERT INTO effects (msg_id) VALUES (?)", id).Error
 		})
 		return err

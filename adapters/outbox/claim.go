@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // errNotTried marks rows of a claimed batch that were not published this
@@ -409,7 +410,7 @@ func (r *Relay) publish(ctx context.Context, msgs []*txmsg.Message) (errs []erro
 					failed++
 				}
 			}
-			r.cfg.Hooks.RelayBatch(ctx, len(msgs), failed, time.Since(start))
+			driver.RelayBatch(r.cfg.Hooks, ctx, len(msgs), failed, time.Since(start))
 		}()
 	}
 	if err == nil {
@@ -458,7 +459,7 @@ func (r *Relay) classify(ctx context.Context, errs []error) {
 		}
 	}
 	if waiting > 0 {
-		r.cfg.Hooks.RelayUnavailable(ctx, waiting, first)
+		driver.RelayUnavailable(r.cfg.Hooks, ctx, waiting, first)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // DefaultBuckets is the default number of buckets (Config.Buckets,
@@ -90,7 +91,7 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	hooks, err := c.Hooks.Bind(c.Logger)
+	hooks, err := driver.BindHooks(c.Hooks, c.Logger)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -332,7 +333,7 @@ func (c *RelayConfig) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	hooks, err := c.Hooks.Bind(c.Logger)
+	hooks, err := driver.BindHooks(c.Hooks, c.Logger)
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}

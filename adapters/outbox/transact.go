@@ -12,6 +12,7 @@ import (
 
 	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // ErrNotInTransaction means [Outbox.EnqueueTx] was given a handle that is
@@ -45,7 +46,7 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 		return nil, txmsg.ErrNilLocalTx
 	}
 	if msg != nil {
-		o.cfg.Hooks.BeforeSend(ctx, msg)
+		driver.BeforeSend(o.cfg.Hooks, ctx, msg)
 	}
 	rows, err := o.prepare([]*txmsg.Message{msg})
 	if err != nil {
@@ -59,7 +60,7 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	committing := false
 	start := time.Now()
 	err = o.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := txmsg.CallLocal(ctx, tx, local); err != nil {
+		if err := driver.CallLocal(ctx, tx, local); err != nil {
 			return err
 		}
 		// The row goes in last: its auto-increment id is the relay's order,
@@ -79,7 +80,7 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 		err = fmt.Errorf("%w: outbox: commit %s: %w", txmsg.ErrOutcomeUnknown, msg.ID, err)
 	}
 	// Hooks before the nudge: the relay may publish as soon as it wakes.
-	o.cfg.Hooks.LocalDone(ctx, msg, receipt.State, err, time.Since(start))
+	driver.LocalDone(o.cfg.Hooks, ctx, msg, receipt.State, err, time.Since(start))
 	if err != nil {
 		return receipt, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 type event struct {
@@ -56,19 +57,19 @@ func TestPropertiesPassValidation(t *testing.T) {
 	ctx = trace.ContextWithSpanContext(ctx, root.SpanContext().WithTraceState(ts))
 
 	msg := &txmsg.Message{Topic: "orders", Tag: "created", Keys: []string{"o-1"}, Body: []byte(`{}`)}
-	txmsg.Hooks{tr}.BeforeSend(ctx, msg)
+	driver.BeforeSend(txmsg.Hooks{tr}, ctx, msg)
 	require.NotEmpty(t, msg.ID, "the ID is assigned early so the span carries it")
 	require.NoError(t, msg.Validate(0))
 	require.Contains(t, msg.Properties, "traceparent")
 	require.Equal(t, "vendor=v1", msg.Properties["tracestate"])
 	for k := range msg.Properties {
-		require.False(t, txmsg.ReservedProperty(k), k)
+		require.False(t, driver.ReservedProperty(k), k)
 	}
 
 	in := &txmsg.Received{Message: msg.Clone(), Attempt: 2}
-	hctx := txmsg.Hooks{tr}.BeforeHandle(context.Background(), "inventory", in)
+	hctx := driver.BeforeHandle(txmsg.Hooks{tr}, context.Background(), "inventory", in)
 	require.Equal(t, root.SpanContext().TraceID(), trace.SpanContextFromContext(hctx).TraceID())
-	txmsg.Hooks{tr}.Consumed(hctx, "inventory", in, 0, errors.New("stock table locked\nmore"), time.Millisecond)
+	driver.Consumed(txmsg.Hooks{tr}, hctx, "inventory", in, 0, errors.New("stock table locked\nmore"), time.Millisecond)
 	root.End()
 
 	create := spanNamed(rec, "create orders")
@@ -98,13 +99,13 @@ func TestPropertiesPassValidation(t *testing.T) {
 func TestNoTraceContextStartsNewTrace(t *testing.T) {
 	t.Parallel()
 	tr, rec, _ := newTracing()
-	ctx := txmsg.Hooks{tr}.BeforeHandle(context.Background(), "g", &txmsg.Received{Message: &txmsg.Message{ID: "x", Topic: "t"}})
+	ctx := driver.BeforeHandle(txmsg.Hooks{tr}, context.Background(), "g", &txmsg.Received{Message: &txmsg.Message{ID: "x", Topic: "t"}})
 	require.True(t, trace.SpanContextFromContext(ctx).IsValid())
-	txmsg.Hooks{tr}.Consumed(ctx, "g", nil, txmsg.OutcomeDuplicate, nil, 0)
+	driver.Consumed(txmsg.Hooks{tr}, ctx, "g", nil, txmsg.OutcomeDuplicate, nil, 0)
 	require.False(t, spanNamed(rec, "process t").Parent().IsValid())
 
 	msg := &txmsg.Message{Topic: "t"}
-	txmsg.Hooks{tr}.BeforeSend(context.Background(), msg)
+	driver.BeforeSend(txmsg.Hooks{tr}, context.Background(), msg)
 	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(msg.Properties)))
 	require.Equal(t, spanNamed(rec, "create t").SpanContext().TraceID(), sc.TraceID())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // How the client delivers check-backs, in the pinned rocketmq-client-go:
@@ -205,7 +206,7 @@ func (cb *checkBacks) read() {
 			cb.log.Warn("check-back reached a publisher without a Checker; answering UNKNOWN. "+
 				"Give PublisherConfig a Checker, or use a producer group of its own for this publisher",
 				"txmsg_id", id, "topic", ext.Topic, "broker_msg_id", ext.MsgId)
-			cb.hooks.CheckBack(id, ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
+			driver.CheckBack(cb.hooks, id, ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
 			continue
 		}
 		select {
@@ -226,7 +227,7 @@ func (cb *checkBacks) read() {
 
 func (cb *checkBacks) overloaded(id, topic string) {
 	n := cb.dropped.Add(1)
-	cb.hooks.CheckBack(id, topic, txmsg.StateUnknown, ErrCheckBackOverload, 0)
+	driver.CheckBack(cb.hooks, id, topic, txmsg.StateUnknown, ErrCheckBackOverload, 0)
 	now := time.Now().UnixNano()
 	last := cb.lastWarn.Load()
 	if now-last >= int64(10*time.Second) && cb.lastWarn.CompareAndSwap(last, now) {
@@ -286,7 +287,7 @@ func (cb *checkBacks) check(ext *primitive.MessageExt) (state primitive.LocalTra
 	}
 	if cb.answer == nil {
 		cb.log.Warn("check-back reached a publisher without a Checker; answering UNKNOWN", "txmsg_id", ext.GetProperty(txmsg.PropertyID))
-		cb.hooks.CheckBack(ext.GetProperty(txmsg.PropertyID), ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
+		driver.CheckBack(cb.hooks, ext.GetProperty(txmsg.PropertyID), ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
 		return primitive.UnkonwnState
 	}
 	return cb.answer(cb.ctx, ext)
@@ -371,7 +372,7 @@ func resolveFromBarrier(ctx context.Context, chk *checker.Checker, log *slog.Log
 	}
 	start := time.Now()
 	state, err := chk.ResolveSince(ctx, id, bornAt(ext)) // bounded by the checker's ResolveTimeout
-	hooks.CheckBack(id, ext.Topic, state, err, time.Since(start))
+	driver.CheckBack(hooks, id, ext.Topic, state, err, time.Since(start))
 	if errors.Is(err, checker.ErrBeyondPurgeHorizon) {
 		log.Error("check-back for a transaction older than the barrier's purge horizon; answering UNKNOWN. "+
 			"After transactionCheckMax checks the broker moves it to "+CheckMaxTimeTopic+", where the sweeper parks it for an operator",

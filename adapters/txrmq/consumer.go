@@ -19,6 +19,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Consumer defaults.
@@ -134,7 +135,7 @@ func (c *ConsumerConfig) validate() error {
 //
 // For each delivery:
 //   - handled, duplicate or parked (undecodable body, stored in the
-//     dead-letter table) → acknowledged;
+//     inbox's parked table) → acknowledged;
 //   - handler error or panic → rolled back and delivered again later (see
 //     ConsumerConfig.RetryDelayLevel), up to MaxReconsumeTimes times, then
 //     moved to the broker's %DLQ%<Group> topic;
@@ -590,7 +591,7 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 			c.log.Warn("handler failed; the broker will deliver the message again", attrs...)
 		}
 	} else if outcome == txmsg.OutcomeParked {
-		c.log.Warn("message body cannot be decoded; parked in the dead-letter table",
+		c.log.Warn("message body cannot be decoded; parked in the inbox's parked table",
 			"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "state", outcome.String())
 	} else if c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.Debug("message consumed", "txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "attempt", rec.Attempt, "state", outcome.String())
@@ -643,7 +644,7 @@ func (c *Consumer) holdThroughOutage(ctx context.Context, r txmsg.Route, rec *tx
 	return outcome, err
 }
 
-// run calls r.Process and turns a panic outside the handler (in a codec,
+// run calls driver.Process and turns a panic outside the handler (in a codec,
 // say) into an error: a panic must not escape into the client, which would
 // leave the message unanswered until the next rebalance.
 func (c *Consumer) run(ctx context.Context, r txmsg.Route, rec *txmsg.Received) (outcome txmsg.Outcome, err error) {
@@ -652,7 +653,7 @@ func (c *Consumer) run(ctx context.Context, r txmsg.Route, rec *txmsg.Received) 
 			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return r.Process(ctx, c.inbox, c.cfg.Group, rec)
+	return driver.Process(r, ctx, c.inbox, c.cfg.Group, rec)
 }
 
 func (c *Consumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error) {

@@ -284,7 +284,7 @@ func TestConsumerParksPoisonMessage(t *testing.T) {
 	require.Equal(t, 1, seen[0].attempt)
 
 	_, deadTable := b.inbox.Tables()
-	var rows []txmsg.DeadLetter
+	var rows []txmsg.ParkedRow
 	require.NoError(t, b.db.Table(deadTable).Where("msg_id = ?", poison.ID).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, raw, rows[0].Body)

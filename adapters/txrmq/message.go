@@ -7,6 +7,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // toPrimitive converts a validated txmsg message to the client's message.
@@ -58,7 +59,7 @@ func fromExt(ext *primitive.MessageExt) *txmsg.Received {
 		}
 	}
 	for k, v := range props {
-		if !txmsg.ReservedProperty(k) {
+		if !driver.ReservedProperty(k) {
 			if m.Properties == nil {
 				m.Properties = map[string]string{}
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Ordered consumer defaults.
@@ -58,7 +59,7 @@ type OrderedConsumerConfig struct {
 	Concurrency int
 	// MaxReconsumeTimes is how many times a message whose handler keeps
 	// failing is retried in place; after that it is parked in the inbox's
-	// dead-letter table (see [txmsg.Inbox.ParkFailed]) and its queue goes
+	// parked table (see [driver.ParkFailed]) and its queue goes
 	// on. Default DefaultMaxReconsumeTimes (16). Retries are counted by the
 	// process that makes them: a message that moves to another consumer
 	// (rebalance, crash) starts counting again. A failure while the inbox's
@@ -124,7 +125,7 @@ func (c *OrderedConsumerConfig) validate() error {
 //     is sent to the group's %RETRY% topic, so no later message of the
 //     queue overtakes it;
 //   - still failing after MaxReconsumeTimes retries → parked in the
-//     dead-letter table (txmsg.Inbox.ParkFailed), logged at error level,
+//     inbox's parked table (driver.ParkFailed), logged at error level,
 //     and the queue goes on;
 //   - any failure while the inbox's database does not answer a probe →
 //     rolled back, not counted: the queue waits (0.5 s, doubling to 5 s)
@@ -478,7 +479,7 @@ func (c *OrderedConsumer) handle(pq processQueue, ext *primitive.MessageExt) boo
 		c.observe(rec, outcome, err)
 		if err == nil {
 			if outcome == txmsg.OutcomeParked {
-				c.log.Warn("message body cannot be decoded; parked in the dead-letter table",
+				c.log.Warn("message body cannot be decoded; parked in the inbox's parked table",
 					"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID, "state", outcome.String())
 			}
 			return true
@@ -524,7 +525,7 @@ func (c *OrderedConsumer) attempt(r txmsg.Route, rec *txmsg.Received) (txmsg.Out
 	return runRoute(ctx, r, c.inbox, c.cfg.Group, rec)
 }
 
-// runRoute calls r.Process and turns a panic outside the handler (in a
+// runRoute calls driver.Process and turns a panic outside the handler (in a
 // codec, say) into an error.
 func runRoute(ctx context.Context, r txmsg.Route, in *txmsg.Inbox, group string, rec *txmsg.Received) (outcome txmsg.Outcome, err error) {
 	defer func() {
@@ -532,16 +533,16 @@ func runRoute(ctx context.Context, r txmsg.Route, in *txmsg.Inbox, group string,
 			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return r.Process(ctx, in, group, rec)
+	return driver.Process(r, ctx, in, group, rec)
 }
 
 // park gives up on rec after cause and parks it, retrying the park itself
 // (a database error) until it works or the queue is stopped.
 func (c *OrderedConsumer) park(pq processQueue, rec *txmsg.Received, cause error) bool {
 	for n := 1; ; n++ {
-		err := c.inbox.ParkFailed(c.handlerCtx, c.cfg.Group, rec, cause)
+		err := driver.ParkFailed(c.inbox, c.handlerCtx, c.cfg.Group, rec, cause)
 		if err == nil {
-			c.log.Error("handler failed on its last attempt; message parked in the dead-letter table and its queue goes on",
+			c.log.Error("handler failed on its last attempt; message parked in the inbox's parked table and its queue goes on",
 				withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
 					"attempt", rec.Attempt}, cause)...)
 			c.observe(rec, txmsg.OutcomeParked, nil)

@@ -229,7 +229,7 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	require.Equal(t, txmsg.OutcomeParked, last.outcome)
 
 	_, deadTable := b.inbox.Tables()
-	var rows []txmsg.DeadLetter
+	var rows []txmsg.ParkedRow
 	require.NoError(t, b.db.Table(deadTable).Where("msg_id = ?", poison.ID).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, poison.Body, rows[0].Body)
@@ -240,7 +240,7 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	require.Equal(t, []string{poison.ID}, hook.parked)
 	hook.mu.Unlock()
 	require.EqualValues(t, 0, b.inboxRows(poison.ID), "a parked message is not recorded as handled")
-	require.Contains(t, logs.String(), "level=ERROR msg=\"handler failed on its last attempt; message parked in the dead-letter table and its queue goes on\"")
+	require.Contains(t, logs.String(), "level=ERROR msg=\"handler failed on its last attempt; message parked in the inbox's parked table and its queue goes on\"")
 	require.Contains(t, logs.String(), "txmsg_id="+poison.ID)
 }
 

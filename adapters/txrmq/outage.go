@@ -13,7 +13,7 @@ import (
 // it counts no attempt: the consumers wait for the database and run the
 // message again. Without that, a database outage longer than the retry
 // budget would send good messages to %DLQ%<group> (Consumer) or park them
-// in the dead-letter table (OrderedConsumer). The Sweeper likewise holds a
+// in the inbox's parked table (OrderedConsumer). The Sweeper likewise holds a
 // half message past HoldFor while the barrier's database does not answer.
 const (
 	// outageProbeTimeout bounds one probe of the database.

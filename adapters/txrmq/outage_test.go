@@ -38,12 +38,12 @@ func (f *failedTries) count() int {
 
 // A database outage many times longer than a consumer's whole retry
 // budget (one retry after 1 s; 50–100 ms for the ordered consumer) sends
-// nothing to the dead-letter topic or table: attempts that fail while the
-// inbox's database does not answer count no attempt, and once the
+// nothing to the broker's dead-letter topic or the parked table: attempts
+// that fail while the inbox's database does not answer count no attempt, and once the
 // database is back the message is handled on its first counted attempt,
 // once. Without that, the concurrent consumer's message goes to
 // %DLQ%<group> and is never handled here, and the ordered consumer parks
-// it in the dead-letter table as soon as the database answers.
+// it in the parked table as soon as the database answers.
 func TestConsumerOutageLongerThanRetryBudget(t *testing.T) {
 	t.Parallel()
 	for _, kind := range consumerKinds {
@@ -101,7 +101,7 @@ func TestConsumerOutageLongerThanRetryBudget(t *testing.T) {
 			require.EqualValues(t, 1, b.effects(m.ID))
 			require.EqualValues(t, 1, b.inboxRows(m.ID))
 			_, dead := inbox.Tables()
-			require.Zero(t, b.count(b.db.Table(dead).Where("msg_id = ?", m.ID)), "parked in the dead-letter table")
+			require.Zero(t, b.count(b.db.Table(dead).Where("msg_id = ?", m.ID)), "parked in the parked table")
 			for _, s := range b.of(m.ID) {
 				require.NotEqual(t, txmsg.OutcomeParked, s.outcome, fmt.Sprintf("%+v", s))
 			}

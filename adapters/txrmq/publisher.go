@@ -16,6 +16,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // DefaultMaxBatch is PublisherConfig.MaxBatch's default.
@@ -79,7 +80,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate("publisher"); err != nil {
 		return nil, err
 	}
-	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: %w", err)
 	}

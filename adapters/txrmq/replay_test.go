@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // TestRequeueParkedReachesOnlyTheGroupThatParkedIt: a parked message is
@@ -57,7 +58,7 @@ func TestRequeueParkedReachesOnlyTheGroupThatParkedIt(t *testing.T) {
 	// The parker parked a message (a handler bug since fixed, say); the
 	// other group handled it long ago and its inbox row is purged.
 	parked := b.message(consumerEvent{N: 2})
-	require.NoError(t, b.inbox.Park(context.Background(), parker,
+	require.NoError(t, driver.Park(b.inbox, context.Background(), parker,
 		&txmsg.Received{Message: parked, BrokerMessageID: "0A0B0C0D00000000000000000000AA01", Attempt: 1}, errors.New("handler bug")))
 
 	done, err := b.inbox.RequeueParked(context.Background(), b.pub, parker, parked.ID)
@@ -77,7 +78,7 @@ func TestRequeueParkedToAnUnknownGroupIsRefused(t *testing.T) {
 	b := newConsumerBed(t)
 	msg := b.message(consumerEvent{N: 3})
 	ghost := b.group + "_never_started"
-	require.NoError(t, b.inbox.Park(context.Background(), ghost,
+	require.NoError(t, driver.Park(b.inbox, context.Background(), ghost,
 		&txmsg.Received{Message: msg, BrokerMessageID: "0A0B0C0D00000000000000000000AA02", Attempt: 1}, errors.New("bug")))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // CheckMaxTimeTopic is where the broker moves a half message after
@@ -54,15 +55,15 @@ type SweeperConfig struct {
 	// 0 uses the broker's schedule (10 s, 30 s, 1 min, ...). See
 	// ConsumerConfig.RetryDelayLevel.
 	RetryDelayLevel int
-	// DeadLetters is where the sweeper parks a half message whose outcome
-	// cannot be known because its barrier row may have been purged (see
-	// checker.ErrBeyondPurgeHorizon), under the sweeper's group: `txmsgctl
-	// dead list -kind consumer -group <sweeper group>` lists them, and
-	// `dead requeue` publishes one once an operator has checked that its
-	// transaction committed. Nil means the dead-letter table
-	// (txmsg.DefaultDeadLetterTable) in the checker's database. When
+	// Parked is the inbox in whose parked table the sweeper parks a half
+	// message whose outcome cannot be known because its barrier row may
+	// have been purged (see checker.ErrBeyondPurgeHorizon), under the
+	// sweeper's group: `txmsgctl dead list -kind consumer -group <sweeper
+	// group>` lists them, and `dead requeue` publishes one once an
+	// operator has checked that its transaction committed. Nil means the parked table
+	// (txmsg.DefaultParkedTable) in the checker's database. When
 	// parking fails, the message is left unacknowledged on the broker.
-	DeadLetters *txmsg.Inbox
+	Parked *txmsg.Inbox
 }
 
 // Sweeper closes the one gap the check-back protocol leaves: when the
@@ -86,9 +87,9 @@ type SweeperConfig struct {
 // A half message older than the barrier's purge horizon has no answer: its
 // barrier row may have been purged, and a missing row no longer means the
 // transaction rolled back. The sweeper never drops such a message. It logs
-// it at error level, calls the [txmsg.HookHeld] hooks, parks it in
-// DeadLetters and only then acknowledges it; if parking fails it leaves it
-// on the broker.
+// it at error level, calls the [txmsg.HookHeld] hooks, parks it in the
+// parked table of SweeperConfig.Parked and only then acknowledges it; if
+// parking fails it leaves it on the broker.
 type Sweeper struct {
 	cfg    SweeperConfig
 	chk    *checker.Checker
@@ -119,7 +120,7 @@ const topicRetryEvery = 5 * time.Second
 // NewSweeper validates cfg and builds a sweeper that resolves through chk
 // and republishes through pub (usually a [Publisher]).
 func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*Sweeper, error) {
-	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
@@ -142,12 +143,12 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 	if len(cfg.ProducerGroups) == 0 {
 		return nil, fmt.Errorf("%w: sweeper: ProducerGroups is empty", txmsg.ErrInvalidConfig)
 	}
-	if cfg.DeadLetters == nil {
+	if cfg.Parked == nil {
 		in, err := txmsg.NewInbox(chk.DB(), txmsg.InboxConfig{Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("%w: sweeper: %w", txmsg.ErrInvalidConfig, err)
 		}
-		cfg.DeadLetters = in
+		cfg.Parked = in
 	}
 	s := &Sweeper{cfg: cfg, chk: chk, pub: pub, groups: map[string]bool{}, done: make(chan struct{}),
 		log: cfg.Logger.With("component", "txmsg.sweeper", "group", cfg.Group)}
@@ -482,19 +483,19 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 // hold keeps a half message whose outcome the barrier can no longer tell:
 // it is parked for an operator, or left on the broker.
 func (s *Sweeper) hold(ctx context.Context, ext *primitive.MessageExt, id, realTopic string, cause error) verdict {
-	s.cfg.Hooks.Held(id, realTopic, cause)
+	driver.Held(s.cfg.Hooks, id, realTopic, cause)
 	r := fromExt(ext)
 	r.Message.ID, r.Message.Topic = id, realTopic
 	r.Attempt = int(ext.ReconsumeTimes) + 1
-	if err := s.cfg.DeadLetters.Park(ctx, s.cfg.Group, r, cause); err != nil {
+	if err := driver.Park(s.cfg.Parked, ctx, s.cfg.Group, r, cause); err != nil {
 		s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
 			"parking it failed, leaving it on the broker", "txmsg_id", id, "topic", realTopic, "err", cause, "park_err", err)
 		return handBack
 	}
-	_, table := s.cfg.DeadLetters.Tables()
+	_, table := s.cfg.Parked.Tables()
 	s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
 		"parked it for an operator (txmsgctl dead list -kind consumer -group "+s.cfg.Group+")",
-		"txmsg_id", id, "topic", realTopic, "dead_letter_table", table, "err", cause)
+		"txmsg_id", id, "topic", realTopic, "parked_table", table, "err", cause)
 	return swept
 }
 

@@ -130,7 +130,7 @@ func (h *heldHook) get(id string) (error, bool) {
 // A committed transaction's half message reaches the sweeper after its
 // barrier row was purged. A missing row then proves nothing: the sweeper
 // must not drop the event as rolled back, but keep it for an operator,
-// parked in the dead-letter table, with an error log and a hook call.
+// parked in the inbox's parked table, with an error log and a hook call.
 func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
@@ -179,10 +179,10 @@ func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
 	require.True(t, ok)
 	require.ErrorIs(t, herr, checker.ErrBeyondPurgeHorizon)
 	// The hook fires first; the error line and the parked row follow.
-	var parked []txmsg.DeadLetter
+	var parked []txmsg.ParkedRow
 	require.Eventually(t, func() bool {
 		parked = nil
-		return e.db.Table(txmsg.DefaultDeadLetterTable).Where("msg_id = ?", committed).Find(&parked).Error == nil &&
+		return e.db.Table(txmsg.DefaultParkedTable).Where("msg_id = ?", committed).Find(&parked).Error == nil &&
 			len(parked) > 0 && logs.countLines("level=ERROR", "purge horizon", committed) > 0
 	}, 30*time.Second, 50*time.Millisecond, "the held message was not parked and logged; logs:\n%s", logs)
 	require.Equal(t, 1, logs.countLines("level=ERROR", "purge horizon", committed))

@@ -17,6 +17,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // TransactionalConfig configures a [Transactional] producer.
@@ -151,7 +152,7 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 	if db == nil || chk == nil {
 		return nil, fmt.Errorf("%w: transactional producer: db and checker are required", txmsg.ErrInvalidConfig)
 	}
-	hooks, err := cfg.Hooks.Bind(cfg.Logger)
+	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("transactional producer: %w", err)
 	}
@@ -267,7 +268,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 		return nil, txmsg.ErrNilLocalTx
 	}
 	if msg != nil {
-		t.cfg.Hooks.BeforeSend(ctx, msg)
+		driver.BeforeSend(t.cfg.Hooks, ctx, msg)
 	}
 	if err := msg.Validate(t.cfg.MaxBodySize); err != nil {
 		return nil, err
@@ -291,7 +292,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 	res, err := t.prod.SendMessageInTransaction(ctx, toPrimitive(msg))
 	if err != nil {
 		t.rc.kick()
-		t.cfg.Hooks.HalfSent(ctx, msg, err, time.Since(c.start))
+		driver.HalfSent(t.cfg.Hooks, ctx, msg, err, time.Since(c.start))
 		return nil, fmt.Errorf("rocketmq: send half message to %s: %w", msg.Topic, err)
 	}
 	receipt := &txmsg.Receipt{ID: msg.ID, State: c.state}
@@ -315,7 +316,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 // transaction. It is called from the client's ExecuteLocalTransaction.
 func (t *Transactional) runLocal(c *call) {
 	c.ran = true
-	t.cfg.Hooks.HalfSent(c.ctx, c.msg, nil, time.Since(c.start))
+	driver.HalfSent(t.cfg.Hooks, c.ctx, c.msg, nil, time.Since(c.start))
 	localStart := time.Now()
 	defer func() {
 		// A definite outcome is remembered for check-backs of this half
@@ -326,7 +327,7 @@ func (t *Transactional) runLocal(c *call) {
 		if t.log.Enabled(c.ctx, slog.LevelDebug) {
 			t.log.Debug("local transaction done", "txmsg_id", c.id, "topic", c.msg.Topic, "state", c.state.String(), "took", took, "err", c.err)
 		}
-		t.cfg.Hooks.LocalDone(c.ctx, c.msg, c.state, c.err, took)
+		driver.LocalDone(t.cfg.Hooks, c.ctx, c.msg, c.state, c.err, took)
 	}()
 	tx := t.db.WithContext(c.ctx).Begin()
 	if tx.Error != nil {
@@ -339,7 +340,7 @@ func (t *Transactional) runLocal(c *call) {
 		return
 	}
 	c.holding.Store(true)
-	if err := txmsg.CallLocal(c.ctx, tx, c.local); err != nil {
+	if err := driver.CallLocal(c.ctx, tx, c.local); err != nil {
 		tx.Rollback()
 		c.state, c.err = txmsg.StateRolledBack, err
 		return
@@ -378,7 +379,7 @@ func (t *Transactional) runningHere(id, topic string) bool {
 		return false
 	}
 	t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
-	t.cfg.Hooks.CheckBack(id, topic, txmsg.StateUnknown, nil, 0)
+	driver.CheckBack(t.cfg.Hooks, id, topic, txmsg.StateUnknown, nil, 0)
 	return true
 }
 
@@ -393,7 +394,7 @@ func (t *Transactional) fromCache(id, half, topic string) (txmsg.LocalState, boo
 	if !ok {
 		return txmsg.StateUnknown, false
 	}
-	t.cfg.Hooks.CheckBack(id, topic, state, nil, time.Since(start))
+	driver.CheckBack(t.cfg.Hooks, id, topic, state, nil, time.Since(start))
 	if t.log.Enabled(context.Background(), slog.LevelDebug) {
 		t.log.Debug("check-back answered from the outcome cache", "txmsg_id", id, "topic", topic, "state", state.String())
 	}
@@ -432,7 +433,7 @@ func (t *Transactional) ResolveCheckBack(ctx context.Context, txID, brokerMessag
 	}
 	start := time.Now()
 	state, err := t.chk.Resolve(ctx, txID)
-	t.cfg.Hooks.CheckBack(txID, "", state, err, time.Since(start))
+	driver.CheckBack(t.cfg.Hooks, txID, "", state, err, time.Since(start))
 	return state, err
 }
 

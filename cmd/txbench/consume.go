@@ -47,7 +47,7 @@ func (b *bench) runB8(ctx context.Context) error {
 	if err := b.env.db.WithContext(ctx).AutoMigrate(&consumeEffect{}); err != nil {
 		return err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), "b8_effects", txmsg.DefaultInboxTable, txmsg.DefaultDeadLetterTable)
+	defer b.env.dropTable(context.WithoutCancel(ctx), "b8_effects", txmsg.DefaultInboxTable, txmsg.DefaultParkedTable)
 	for _, c := range []struct {
 		label, what string
 		ordered     bool

@@ -441,7 +441,7 @@ func (b *bench) rowSizes(ctx context.Context) (map[string]any, error) {
 	if err := chk.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{Table: "size_inbox", DeadLetterTable: "size_dead", Logger: b.log})
+	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{Table: "size_inbox", ParkedTable: "size_dead", Logger: b.log})
 	if err != nil {
 		return nil, err
 	}

@@ -24,13 +24,13 @@ import (
 // common are the flags every command takes: where the database is and
 // what its tables are called.
 type common struct {
-	dsn             string
-	barrierTable    string
-	inboxTable      string
-	deadLetterTable string
-	outboxTable     string
-	timeout         time.Duration
-	verbose         bool
+	dsn          string
+	barrierTable string
+	inboxTable   string
+	parkedTable  string
+	outboxTable  string
+	timeout      time.Duration
+	verbose      bool
 }
 
 // newFlags returns the flag set of command name, with the common flags;
@@ -47,7 +47,7 @@ func newFlags(e *env, name, synopsis string) (*flag.FlagSet, *common) {
 	fs.StringVar(&c.dsn, "dsn", "", "MySQL/MariaDB DSN, user:password@tcp(host:port)/dbname (default $TXMSG_DSN)")
 	fs.StringVar(&c.barrierTable, "barrier-table", checker.DefaultTable, "barrier table")
 	fs.StringVar(&c.inboxTable, "inbox-table", txmsg.DefaultInboxTable, "inbox table")
-	fs.StringVar(&c.deadLetterTable, "dead-letter-table", txmsg.DefaultDeadLetterTable, "dead-letter table of parked messages")
+	fs.StringVar(&c.parkedTable, "parked-table", txmsg.DefaultParkedTable, "table of parked messages")
 	fs.StringVar(&c.outboxTable, "outbox-table", outbox.DefaultTable, "outbox table (its relays' tables are <name>_lease and <name>_relay)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.BoolVar(&c.verbose, "v", false, "log what the components do (debug level)")
@@ -107,7 +107,7 @@ func (c *common) open(ctx context.Context, e *env) (*conn, error) {
 	sqlDB.SetMaxOpenConns(4)
 	k := &conn{db: db, display: display, dbName: cfg.DBName}
 	if k.chk, err = checker.New(db, checker.Config{Table: c.barrierTable, Logger: e.log}); err == nil {
-		if k.inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Table: c.inboxTable, DeadLetterTable: c.deadLetterTable, Logger: e.log}); err == nil {
+		if k.inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Table: c.inboxTable, ParkedTable: c.parkedTable, Logger: e.log}); err == nil {
 			k.ob, err = outbox.New(db, outbox.Config{Table: c.outboxTable, Logger: e.log})
 		}
 	}

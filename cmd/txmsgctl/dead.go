@@ -39,7 +39,7 @@ type deadCmd struct {
 func newDeadCmd(e *env, name, usage string) *deadCmd {
 	fs, c := newFlags(e, "dead "+name, "dead "+name+" "+usage)
 	d := &deadCmd{fs: fs, c: c}
-	fs.StringVar(&d.kind, "kind", "", "outbox (dead outbox rows) or consumer (messages parked in the dead-letter table); required")
+	fs.StringVar(&d.kind, "kind", "", "outbox (dead outbox rows) or consumer (messages consumers parked); required")
 	fs.StringVar(&d.group, "group", "", "consumer group (kind consumer): only its parked messages")
 	return d
 }
@@ -73,8 +73,8 @@ func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
 	if d.kind == kindOutbox {
 		err = k.need(ctx, k.ob.Table(), "outbox-table")
 	} else {
-		_, dl := k.inbox.Tables()
-		err = k.need(ctx, dl, "dead-letter-table")
+		_, parked := k.inbox.Tables()
+		err = k.need(ctx, parked, "parked-table")
 	}
 	if err != nil {
 		k.close()
@@ -85,7 +85,7 @@ func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
 
 // parked returns the parked messages with the given txmsg IDs (all when
 // ids is empty), of d.group when set, oldest first.
-func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.DeadLetter, error) {
+func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.ParkedRow, error) {
 	return k.inbox.Parked(ctx, txmsg.ParkedFilter{Group: d.group, IDs: ids, Limit: limit})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // TestDeadShowBoundsTheBody stores a dead outbox row with a 7.3 MB JSON
@@ -86,7 +87,7 @@ func TestDeadShowBoundsTheBody(t *testing.T) {
 	pid := txmsg.NewID()
 	for _, group := range []string{"inventory", "billing"} {
 		rec := &txmsg.Received{Message: &txmsg.Message{ID: pid, Topic: "orders", Body: bin}, Attempt: 1}
-		require.NoError(t, inbox.Park(ctx, group, rec, txmsg.ErrDecode))
+		require.NoError(t, driver.Park(inbox, ctx, group, rec, txmsg.ErrDecode))
 	}
 	r = ctl(t, vars, "dead", "show", "-kind", "consumer", pid)
 	require.Equal(t, exitOK, r.code, r.stderr)

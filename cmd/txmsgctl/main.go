@@ -2,7 +2,7 @@
 // their state, inspects and requeues dead messages, and applies retention.
 // It also creates and checks the RocketMQ topics that consumers need.
 //
-//	txmsgctl migrate                     create the barrier, inbox, dead-letter and outbox tables
+//	txmsgctl migrate                     create the barrier, inbox, parked and outbox tables
 //	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
 //	txmsgctl dead list    -kind outbox|consumer
 //	txmsgctl dead show    -kind outbox|consumer [-full | -out FILE] ID...
@@ -71,7 +71,7 @@ const usageText = `txmsgctl administers txmsg's tables and RocketMQ topics.
 
 Usage:
   txmsgctl migrate [flags]
-      Create or update the barrier, inbox, dead-letter and outbox tables
+      Create or update the barrier, inbox, parked and outbox tables
       (-only barrier,inbox,outbox picks some).
   txmsgctl stats [flags] [-json]
       Outbox rows by status and the oldest pending row's age; barrier rows

@@ -21,6 +21,7 @@ import (
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // clientLogs receives everything rocketmq-client-go logs in this test
@@ -145,13 +146,13 @@ func TestAdminEndToEnd(t *testing.T) {
 	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	for _, id := range []string{"in-1", "in-2"} {
-		_, err := inbox.Run(ctx, "inventory", "orders", id, func(context.Context, *gorm.DB) error { return nil })
+		_, err := driver.Run(inbox, ctx, "inventory", "orders", id, func(context.Context, *gorm.DB) error { return nil })
 		require.NoError(t, err)
 	}
 	backdate(t, db, "txmsg_inbox", "handled_at", 96*time.Hour, "msg_id = ?", "in-1")
 	for _, id := range []string{"parked-1", "parked-2"} {
 		rec := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: "orders", Body: []byte("\x00not json"), Properties: map[string]string{"origin": "test"}}, Attempt: 1}
-		require.NoError(t, inbox.Park(ctx, "inventory", rec, txmsg.ErrDecode))
+		require.NoError(t, driver.Park(inbox, ctx, "inventory", rec, txmsg.ErrDecode))
 	}
 	backdate(t, db, "txmsg_dead_letter", "parked_at", 48*time.Hour, "msg_id = ?", "parked-2")
 
@@ -166,12 +167,12 @@ func TestAdminEndToEnd(t *testing.T) {
 	require.GreaterOrEqual(t, rep.Outbox.OldestPendingSeconds, 59.0)
 	require.Equal(t, barrierStats{Table: "txmsg_barrier", Present: true, Committed: 1, RolledBack: 1}, rep.Barrier)
 	require.Equal(t, groupCounts{Table: "txmsg_inbox", Present: true, Rows: 2, Groups: map[string]int64{"inventory": 2}}, rep.Inbox)
-	require.EqualValues(t, 2, rep.DeadLetters.Rows)
+	require.EqualValues(t, 2, rep.Parked.Rows)
 	require.NotContains(t, rep.Database, "txmsg:txmsg@", "the password is masked")
 
 	r = ctl(t, vars, "stats")
 	require.Equal(t, exitOK, r.code, r)
-	for _, want := range []string{"pending", "oldest 1m", "rolled_back", "group inventory", "dead letters"} {
+	for _, want := range []string{"pending", "oldest 1m", "rolled_back", "group inventory", "parked"} {
 		require.Contains(t, r.stdout, want)
 	}
 
@@ -285,7 +286,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 	require.NoError(t, inbox.Migrate(ctx))
 	id := txmsg.NewID()
 	rec := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: topic, Tag: "created", Body: []byte(`{"n":5}`), Properties: map[string]string{"origin": "test"}}, Attempt: 1}
-	require.NoError(t, inbox.Park(ctx, group, rec, txmsg.ErrDecode))
+	require.NoError(t, driver.Park(inbox, ctx, group, rec, txmsg.ErrDecode))
 
 	type event struct{ N int }
 	var mu sync.Mutex
@@ -305,7 +306,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 		"dead", "requeue", "-kind", "consumer", "-producer-group", testbed.Name(t, "ctl"), id)
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, "replayed "+id+" (topic "+topic+") to group "+group+" only")
-	require.Zero(t, count(t, db, txmsg.DefaultDeadLetterTable, "1 = 1"))
+	require.Zero(t, count(t, db, txmsg.DefaultParkedTable, "1 = 1"))
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

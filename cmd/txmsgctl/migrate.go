@@ -13,7 +13,7 @@ var migrateParts = []string{"barrier", "inbox", "outbox"}
 
 func cmdMigrate(ctx context.Context, e *env, args []string) error {
 	fs, c := newFlags(e, "migrate", "migrate [flags]")
-	only := fs.String("only", strings.Join(migrateParts, ","), "tables to create: barrier (transactional mode), inbox (consumers: inbox and dead-letter tables), outbox (local-table mode: outbox, lease and relay tables)")
+	only := fs.String("only", strings.Join(migrateParts, ","), "tables to create: barrier (transactional mode), inbox (consumers: inbox and parked tables), outbox (local-table mode: outbox, lease and relay tables)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

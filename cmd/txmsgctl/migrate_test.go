@@ -14,6 +14,7 @@ import (
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // allTables are the tables "txmsgctl migrate" manages by default.
@@ -73,10 +74,10 @@ func TestMigrateConvertsOldTables(t *testing.T) {
 	require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.Begin(ctx, tx, upper) }))
 	_, err = ob.Transact(ctx, &txmsg.Message{ID: upper, Topic: "Orders", Tag: "Created", Keys: []string{"Käse-1"}, ShardingKey: "Cust-1", Body: []byte{0, 1, 0xff}}, noop)
 	require.NoError(t, err)
-	_, err = inbox.Run(ctx, "Inventory", "Orders", upper, noop)
+	_, err = driver.Run(inbox, ctx, "Inventory", "Orders", upper, noop)
 	require.NoError(t, err)
 	rec := &txmsg.Received{Message: &txmsg.Message{ID: upper, Topic: "Orders", Tag: "Created", Body: []byte("\x00not json")}, BrokerMessageID: "AC11-" + upper, Attempt: 2}
-	require.NoError(t, inbox.Park(ctx, "Inventory", rec, txmsg.ErrDecode))
+	require.NoError(t, driver.Park(inbox, ctx, "Inventory", rec, txmsg.ErrDecode))
 	require.NoError(t, db.Exec("INSERT INTO txmsg_outbox_lease (bucket, owner, expires_at, wanted_by, wanted_at) VALUES (0, 'Relay-A', ?, 'relay-b', ?)",
 		time.Now().UTC(), time.Now().UTC()).Error)
 	// The old tables fold case: this is what migrate must repair.
@@ -112,13 +113,13 @@ func TestMigrateConvertsOldTables(t *testing.T) {
 	require.Equal(t, txmsg.StateRolledBack, state)
 	_, err = ob.Transact(ctx, &txmsg.Message{ID: lower, Topic: "Orders", Body: []byte("x")}, noop)
 	require.NoError(t, err)
-	o, err := inbox.Run(ctx, "Inventory", "Orders", lower, noop)
+	o, err := driver.Run(inbox, ctx, "Inventory", "Orders", lower, noop)
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeHandled, o)
-	o, err = inbox.Run(ctx, "inventory", "Orders", upper, noop)
+	o, err = driver.Run(inbox, ctx, "inventory", "Orders", upper, noop)
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeHandled, o, "consumer groups compare byte for byte too")
-	o, err = inbox.Run(ctx, "Inventory", "Orders", upper, noop)
+	o, err = driver.Run(inbox, ctx, "Inventory", "Orders", upper, noop)
 	require.NoError(t, err)
 	require.Equal(t, txmsg.OutcomeDuplicate, o)
 }

@@ -16,7 +16,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	window := fs.Duration("check-window", checker.DefaultCheckWindow, "the broker's whole check-back window; barrier rows younger than this are never deleted")
 	inbox := fs.Duration("inbox-older-than", 72*time.Hour, fmt.Sprintf("delete inbox rows handled longer ago than this (at least %s, the broker's redelivery horizon); negative skips", txmsg.MinInboxPurgeAge))
 	dead := fs.Duration("dead-older-than", -1, "also delete dead outbox rows that died longer ago than this; negative (the default) skips")
-	parked := fs.Duration("dead-letters-older-than", -1, "also delete parked messages parked longer ago than this; negative (the default) skips")
+	parked := fs.Duration("parked-older-than", -1, "also delete parked messages parked longer ago than this; negative (the default) skips")
 	batch := fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -46,7 +46,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	inTable, dlTable := k.inbox.Tables()
+	inTable, parkedTable := k.inbox.Tables()
 	steps := []struct {
 		table, what string
 		age         time.Duration
@@ -56,7 +56,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 		{k.ob.Table(), "dead outbox rows", *dead, k.ob.PurgeDead},
 		{chk.Table(), "barrier rows", *barrier, chk.Purge},
 		{inTable, "inbox rows", *inbox, k.inbox.Purge},
-		{dlTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
+		{parkedTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
 			return k.inbox.PurgeParked(ctx, age, batch, "")
 		}},
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // secretSink collects every string a test produced: log output and error
@@ -91,7 +92,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	parked := &txmsg.Received{Message: &txmsg.Message{ID: "some-id", Topic: topic, Body: []byte("?")}, Attempt: 1}
-	require.NoError(t, inbox.Park(ctx, "g", parked, txmsg.ErrDecode))
+	require.NoError(t, driver.Park(inbox, ctx, "g", parked, txmsg.ErrDecode))
 	type event struct{}
 	ccfg := cfg
 	ccfg.Group = testbed.Name(t, "cg")

@@ -15,11 +15,11 @@ import (
 // statsReport is what stats prints; -json prints it as JSON. A part whose
 // table does not exist has Present false and zero counts.
 type statsReport struct {
-	Database    string       `json:"database"`
-	Outbox      outboxStats  `json:"outbox"`
-	Barrier     barrierStats `json:"barrier"`
-	Inbox       groupCounts  `json:"inbox"`
-	DeadLetters groupCounts  `json:"dead_letters"`
+	Database string       `json:"database"`
+	Outbox   outboxStats  `json:"outbox"`
+	Barrier  barrierStats `json:"barrier"`
+	Inbox    groupCounts  `json:"inbox"`
+	Parked   groupCounts  `json:"parked"`
 }
 
 type outboxStats struct {
@@ -76,17 +76,17 @@ func cmdStats(ctx context.Context, e *env, args []string) error {
 }
 
 func collectStats(ctx context.Context, k *conn) (*statsReport, error) {
-	inTable, dlTable := k.inbox.Tables()
+	inTable, parkedTable := k.inbox.Tables()
 	r := &statsReport{
-		Database:    k.display,
-		Outbox:      outboxStats{Table: k.ob.Table(), Present: k.has(ctx, k.ob.Table())},
-		Barrier:     barrierStats{Table: k.chk.Table(), Present: k.has(ctx, k.chk.Table())},
-		Inbox:       groupCounts{Table: inTable, Present: k.has(ctx, inTable), Groups: map[string]int64{}},
-		DeadLetters: groupCounts{Table: dlTable, Present: k.has(ctx, dlTable), Groups: map[string]int64{}},
+		Database: k.display,
+		Outbox:   outboxStats{Table: k.ob.Table(), Present: k.has(ctx, k.ob.Table())},
+		Barrier:  barrierStats{Table: k.chk.Table(), Present: k.has(ctx, k.chk.Table())},
+		Inbox:    groupCounts{Table: inTable, Present: k.has(ctx, inTable), Groups: map[string]int64{}},
+		Parked:   groupCounts{Table: parkedTable, Present: k.has(ctx, parkedTable), Groups: map[string]int64{}},
 	}
-	if !r.Outbox.Present && !r.Barrier.Present && !r.Inbox.Present && !r.DeadLetters.Present {
+	if !r.Outbox.Present && !r.Barrier.Present && !r.Inbox.Present && !r.Parked.Present {
 		return nil, fmt.Errorf("%w: none of %s, %s, %s, %s is in database %q; create them with \"txmsgctl migrate\", or name yours with the -*-table flags",
-			errNoTable, r.Outbox.Table, r.Barrier.Table, r.Inbox.Table, r.DeadLetters.Table, k.dbName)
+			errNoTable, r.Outbox.Table, r.Barrier.Table, r.Inbox.Table, r.Parked.Table, k.dbName)
 	}
 	if r.Outbox.Present {
 		s, err := k.ob.Stats(ctx)
@@ -106,7 +106,7 @@ func collectStats(ctx context.Context, k *conn) (*statsReport, error) {
 	for _, g := range []struct {
 		counts *groupCounts
 		count  func(context.Context) (map[string]int64, error)
-	}{{&r.Inbox, k.inbox.HandledByGroup}, {&r.DeadLetters, k.inbox.ParkedByGroup}} {
+	}{{&r.Inbox, k.inbox.HandledByGroup}, {&r.Parked, k.inbox.ParkedByGroup}} {
 		if !g.counts.Present {
 			continue
 		}
@@ -152,7 +152,7 @@ func printStats(w io.Writer, r *statsReport) {
 	for _, g := range []struct {
 		title string
 		c     groupCounts
-	}{{"inbox", r.Inbox}, {"dead letters", r.DeadLetters}} {
+	}{{"inbox", r.Inbox}, {"parked", r.Parked}} {
 		fmt.Fprintf(tw, "\n%s\t%s\n", g.title, g.c.Table)
 		if !g.c.Present {
 			missing(g.c.Table)

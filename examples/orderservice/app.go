@@ -93,7 +93,7 @@ func (a *App) Start(ctx context.Context) error {
 }
 
 // migrate creates the business tables and txmsg's: the inbox and
-// dead-letter tables, and the mode's barrier or outbox table.
+// parked tables, and the mode's barrier or outbox table.
 func (a *App) migrate(ctx context.Context) error {
 	if err := a.db.WithContext(ctx).AutoMigrate(&Order{}, &StockItem{}, &Deduction{}); err != nil {
 		return fmt.Errorf("migrate business tables: %w", err)

@@ -98,7 +98,7 @@ func (inv *Inventory) OnOrderCreated(ctx context.Context, tx *gorm.DB, d txmsg.D
 	if res.RowsAffected != 1 {
 		// The event exists only if the order committed, and the inbox runs
 		// this once; failing rolls the deduction back and leaves the event
-		// to the broker's retries and dead-letter topic.
+		// to the broker's retries and then its dead-letter topic %DLQ%<group>.
 		return fmt.Errorf("order %s is missing or not pending", e.OrderID)
 	}
 	return nil

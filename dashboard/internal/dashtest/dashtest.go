@@ -26,6 +26,7 @@ import (
 	"github.com/txmsg/txmsg/dashboard"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Mount is the path the test server mounts the dashboard under, so that
@@ -224,7 +225,7 @@ func (b *Bed) Barrier(id string) {
 // Handled records id as handled by group in the inbox.
 func (b *Bed) Handled(group, id string) {
 	b.T.Helper()
-	_, err := b.Inbox.Run(context.Background(), group, b.Topic, id, func(ctx context.Context, tx *gorm.DB) error { return nil })
+	_, err := driver.Run(b.Inbox, context.Background(), group, b.Topic, id, func(ctx context.Context, tx *gorm.DB) error { return nil })
 	if err != nil {
 		b.T.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func (b *Bed) Parked(group, key string, body []byte, cause string) string {
 	id := txmsg.NewID()
 	r := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: b.Topic, Keys: []string{key}, Body: body,
 		Properties: map[string]string{"trace": "def-456"}}, BrokerMessageID: "7F00000100002A9F0000000000" + id[:6], Attempt: 1}
-	if err := b.Inbox.Park(context.Background(), group, r, fmt.Errorf("%w: %s", txmsg.ErrDecode, cause)); err != nil {
+	if err := driver.Park(b.Inbox, context.Background(), group, r, fmt.Errorf("%w: %s", txmsg.ErrDecode, cause)); err != nil {
 		b.T.Fatal(err)
 	}
 	return id

@@ -1,4 +1,4 @@
-package txmsg_test
+package driver_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // consumedHook records OnConsumed calls.
@@ -28,20 +30,21 @@ func (h *consumedHook) OnConsumed(_ context.Context, _ string, _ *txmsg.Received
 
 func TestInboxParkFailed(t *testing.T) {
 	t.Parallel()
-	_, db := newInbox(t)
+	db := testbed.DB(t)
 	hook := &consumedHook{}
 	in, err := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{hook}})
 	require.NoError(t, err)
+	require.NoError(t, in.Migrate(context.Background()))
 	id := txmsg.NewID()
 	r := received(id, `{"n":1}`)
 	r.Attempt = 17
 	cause := errors.New("balance would go negative")
-	require.NoError(t, in.ParkFailed(context.Background(), "g", r, cause))
-	require.NoError(t, in.ParkFailed(context.Background(), "g", r, cause), "parking twice is a no-op")
+	require.NoError(t, driver.ParkFailed(in, context.Background(), "g", r, cause))
+	require.NoError(t, driver.ParkFailed(in, context.Background(), "g", r, cause), "parking twice is a no-op")
 
-	_, deadTable := in.Tables()
-	var rows []txmsg.DeadLetter
-	require.NoError(t, db.Table(deadTable).Find(&rows).Error)
+	_, parkedTable := in.Tables()
+	var rows []txmsg.ParkedRow
+	require.NoError(t, db.Table(parkedTable).Find(&rows).Error)
 	require.Len(t, rows, 1)
 	require.Equal(t, id, rows[0].MsgID)
 	require.Equal(t, "g", rows[0].ConsumerGroup)
@@ -52,6 +55,10 @@ func TestInboxParkFailed(t *testing.T) {
 	require.Equal(t, []txmsg.Outcome{txmsg.OutcomeParked, txmsg.OutcomeParked}, hook.outcomes)
 	hook.mu.Unlock()
 
-	require.ErrorIs(t, in.ParkFailed(context.Background(), "g", nil, cause), txmsg.ErrInvalidMessage)
-	require.ErrorIs(t, in.ParkFailed(context.Background(), "g", &txmsg.Received{}, cause), txmsg.ErrInvalidMessage)
+	require.ErrorIs(t, driver.ParkFailed(in, context.Background(), "g", nil, cause), txmsg.ErrInvalidMessage)
+	require.ErrorIs(t, driver.ParkFailed(in, context.Background(), "g", &txmsg.Received{}, cause), txmsg.ErrInvalidMessage)
+}
+
+func received(id string, body string) *txmsg.Received {
+	return &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: "events", Body: []byte(body)}, BrokerMessageID: "b-" + id, Attempt: 1}
 }
