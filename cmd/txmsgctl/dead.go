@@ -392,15 +392,7 @@ func (p *publishFlags) resolve(e *env) error {
 
 func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
 	return txrmq.PublisherConfig{
-		Config: txrmq.Config{
-			NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }),
-			Group:       p.group,
-			Namespace:   p.namespace,
-			AccessKey:   p.accessKey,
-			SecretKey:   p.secretKey,
-			Logger:      e.log,
-			Retries:     1,
-		},
+		Conn: txrmq.Conn{NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }), Namespace: p.namespace, AccessKey: p.accessKey, SecretKey: p.secretKey, Logger: e.log}, Group: p.group, Retries: 1,
 		Topics: topics,
 	}
 }
