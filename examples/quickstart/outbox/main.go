@@ -39,9 +39,10 @@ func run(ctx context.Context) (err error) {
 	}
 	topic := txmsg.Topic[Order]{Name: env("QUICKSTART_TOPIC", "quickstart-outbox")}
 	rmq := txrmq.Conn{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}}
+	group := topic.Name + "-producer"
 
 	// Local-table mode: the outbox table, and a relay that publishes it.
-	st, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Group: topic.Name + "-producer", Topics: []string{topic.Name}}})
+	st, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic.Name}}})
 	if err != nil {
 		return err
 	}
@@ -52,18 +53,18 @@ func run(ctx context.Context) (err error) {
 	}
 	order := Order{ID: txmsg.NewID(), Amount: 42}
 	handled := make(chan struct{}, 1)
-	consumerCfg := txrmq.ConsumerConfig{Conn: rmq, Group: topic.Name + "-consumer"}
-	consumer, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(topic,
-		func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Order]) error {
-			fmt.Printf("handling order %s (amount %d), delivery %d\n", d.Event.ID, d.Event.Amount, d.Attempt)
-			if d.Event.ID == order.ID {
-				select {
-				case handled <- struct{}{}:
-				default:
-				}
+	route := txmsg.Handle(topic, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Order]) error {
+		fmt.Printf("handling order %s (amount %d), delivery %d\n", d.Event.ID, d.Event.Amount, d.Attempt)
+		if d.Event.ID == order.ID {
+			select {
+			case handled <- struct{}{}:
+			default:
 			}
-			return nil // writes through tx commit together with the inbox row
-		})}, consumerCfg)
+		}
+		return nil // writes through tx commit together with the inbox row
+	})
+	consumerCfg := txrmq.ConsumerConfig{Conn: rmq, Group: topic.Name + "-consumer"}
+	consumer, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, consumerCfg)
 	if err != nil {
 		return err
 	}
