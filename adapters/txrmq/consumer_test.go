@@ -346,16 +346,22 @@ func TestConsumerSurvivesPanics(t *testing.T) {
 	b.publish(inHandler, inCodec)
 	for _, m := range []*txmsg.Message{inHandler, inCodec} {
 		require.Eventually(t, func() bool { return b.handled(m.ID) }, consumerWait, consumerTick)
-		seen := b.of(m.ID)
-		require.Len(t, seen, 2, "one panic, then redelivered once")
-		var pe *txmsg.PanicError
-		require.ErrorAs(t, seen[0].err, &pe)
-		require.Equal(t, 1, seen[0].attempt)
-		require.Equal(t, 2, seen[1].attempt)
 		require.EqualValues(t, 1, b.effects(m.ID), "the panicking attempt rolled back")
 	}
-	require.ErrorContains(t, b.of(inHandler.ID)[0].err, "handler exploded")
-	require.ErrorContains(t, b.of(inCodec.ID)[0].err, "codec exploded")
+	// The handler's panic is recovered in the inbox, which reports the
+	// attempt to its hooks; the codec's escapes the route, and the
+	// consumer recovers it and logs it (see panicstack_test.go): the hooks
+	// see only the redelivery.
+	seen := b.of(inHandler.ID)
+	require.Len(t, seen, 2, "one panic, then redelivered once")
+	var pe *txmsg.PanicError
+	require.ErrorAs(t, seen[0].err, &pe)
+	require.ErrorContains(t, seen[0].err, "handler exploded")
+	require.Equal(t, 1, seen[0].attempt)
+	require.Equal(t, 2, seen[1].attempt)
+	seen = b.of(inCodec.ID)
+	require.Len(t, seen, 1, "the codec's panic is not an inbox decision")
+	require.Equal(t, 2, seen[0].attempt, "redelivered after the codec's panic")
 
 	after := b.message(consumerEvent{N: 2})
 	b.publish(after)

@@ -392,8 +392,16 @@ func (p *publishFlags) resolve(e *env) error {
 
 func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
 	return txrmq.PublisherConfig{
-		Conn: txrmq.Conn{NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }), Namespace: p.namespace, AccessKey: p.accessKey, SecretKey: p.secretKey, Logger: e.log}, Group: p.group, Retries: 1,
-		Topics: topics,
+		Conn: txrmq.Conn{
+			NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }),
+			Namespace:   p.namespace,
+			AccessKey:   p.accessKey,
+			SecretKey:   p.secretKey,
+			Logger:      e.log,
+		},
+		Group:   p.group,
+		Retries: 1,
+		Topics:  topics,
 	}
 }
 

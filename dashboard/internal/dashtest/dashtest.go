@@ -150,7 +150,10 @@ func New(t testing.TB, o Options) *Bed {
 		route := txmsg.Handle(txmsg.Topic[Event]{Name: b.Topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Event]) error {
 			return nil // the inbox row is the effect the tests look for
 		})
-		cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: b.Group, RetryDelayLevel: 1})
+		cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+			Conn:  txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log},
+			Group: b.Group, RetryDelayLevel: 1,
+		})
 		must(err)
 		must(cons.Start(ctx))
 		t.Cleanup(func() { _ = cons.Close(context.Background()) })
