@@ -58,13 +58,21 @@ type Config struct {
 	// local transactions run on it. The MySQL DSN needs parseTime=true;
 	// the constructors refuse a handle without it. Required.
 	DB *gorm.DB
-	// RocketMQ reaches the cluster. Its Group is the service's producer
-	// group; see the package documentation for the groups derived from it.
-	// Required, except for a local-table stack that runs only
-	// [PartProducer], which needs no broker. Its Hooks must be empty: set
-	// them on this Config, which hands them to every part. Its Logger, when
-	// set, is the RocketMQ parts' logger instead of Config.Logger.
-	RocketMQ txrmq.Config
+	// RocketMQ reaches the cluster. Required, except for a local-table
+	// stack that runs only [PartProducer], which needs no broker. Its
+	// Logger, when set, is the RocketMQ parts' logger instead of
+	// Config.Logger.
+	RocketMQ txrmq.Conn
+	// Group is the service's producer group; see the package
+	// documentation for the groups derived from it. Required where
+	// RocketMQ is.
+	Group string
+	// SendTimeout, Retries and MaxBodySize are the RocketMQ producers'
+	// settings of those names (see [txrmq.TransactionalConfig]); zero
+	// means their defaults.
+	SendTimeout time.Duration
+	Retries     int
+	MaxBodySize int
 	// Topics are the topics the service publishes to. The producers fetch
 	// their routes at Start, and in transactional mode Health checks them.
 	// Optional but recommended.
@@ -123,7 +131,7 @@ type SweeperConfig struct {
 type OutboxConfig struct {
 	Config
 	// Outbox configures the outbox table. Its MaxBodySize defaults to
-	// RocketMQ.MaxBodySize. Optional.
+	// Config.MaxBodySize. Optional.
 	Outbox outbox.Config
 	// Relay configures the relays. Its Outbox field is the stack's; leave
 	// it nil. Optional.
@@ -135,7 +143,7 @@ type OutboxConfig struct {
 	// MaxBatch is the relays' publisher's [txrmq.PublisherConfig.MaxBatch].
 	MaxBatch int
 	// Checker answers the check-backs that reach the relays' publisher. The
-	// publisher is in RocketMQ.Group, so while a service switches from
+	// publisher is in Group, so while a service switches from
 	// transactional mode (some replicas still sending half messages, or
 	// half messages still unresolved on the broker) the broker sends that
 	// group's check-backs to it too. Set it to a checker on the barrier
@@ -166,20 +174,15 @@ func (c *Config) check() error {
 			return fmt.Errorf("%w: stack: %w", txmsg.ErrInvalidConfig, err)
 		}
 	}
-	if len(c.RocketMQ.Hooks) > 0 {
-		return invalid("set Hooks on stack.Config, not on RocketMQ: the stack hands them to every part")
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return nil
 }
 
-// rocketMQ is a part's client config, in group.
-func (c *Config) rocketMQ(group string, hooks txmsg.Hooks) txrmq.Config {
+// rocketMQ is the parts' connection to the cluster.
+func (c *Config) rocketMQ() txrmq.Conn {
 	rc := c.RocketMQ
-	rc.Group = group
-	rc.Hooks = hooks
 	if rc.Logger == nil {
 		rc.Logger = c.Logger
 	}
@@ -188,14 +191,14 @@ func (c *Config) rocketMQ(group string, hooks txmsg.Hooks) txrmq.Config {
 
 // sweeperGroup returns the sweeper's group, checked.
 func (c *TransactionalConfig) sweeperGroup() (string, error) {
-	if c.RocketMQ.Group == "" {
-		return "", invalid("RocketMQ.Group is empty: the producer group is required")
+	if c.Group == "" {
+		return "", invalid("Group is empty: the producer group is required")
 	}
 	g := c.Sweeper.Group
 	if g == "" {
-		g = c.RocketMQ.Group + SweeperSuffix
+		g = c.Group + SweeperSuffix
 	}
-	if g == c.RocketMQ.Group {
+	if g == c.Group {
 		return "", invalid("Sweeper.Group %q is the producer group: the broker would send check-backs to the sweeper's publisher, which cannot answer them", g)
 	}
 	return g, nil
@@ -215,7 +218,7 @@ func (c *OutboxConfig) check() error {
 		c.Relays = 1
 	}
 	if c.Outbox.MaxBodySize == 0 {
-		c.Outbox.MaxBodySize = c.RocketMQ.MaxBodySize
+		c.Outbox.MaxBodySize = c.MaxBodySize
 	}
 	if c.Outbox.Logger == nil {
 		c.Outbox.Logger = c.Logger

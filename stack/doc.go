@@ -30,7 +30,7 @@
 //
 // # Groups
 //
-// Config.RocketMQ.Group is the service's producer group. In transactional
+// Config.Group is the service's producer group. In transactional
 // mode the broker sends check-backs to any live producer of that group, so
 // every producer of the group must answer from the same database, and no
 // plain producer may join it: a plain producer ignores check-backs. The

@@ -45,8 +45,8 @@ func ExampleTransactional() {
 
 	st, err := stack.Transactional(stack.TransactionalConfig{Config: stack.Config{
 		DB:       db,
-		RocketMQ: txrmq.Config{NameServers: nameServers(), Group: group},
-		Topics:   []string{topic},
+		RocketMQ: txrmq.Conn{NameServers: nameServers()}, Group: group,
+		Topics: []string{topic},
 	}})
 	if err != nil {
 		panic(err)
@@ -80,8 +80,8 @@ func ExampleOutbox() {
 	st, err := stack.Outbox(stack.OutboxConfig{
 		Config: stack.Config{
 			DB:       db,
-			RocketMQ: txrmq.Config{NameServers: nameServers(), Group: group},
-			Topics:   []string{topic},
+			RocketMQ: txrmq.Conn{NameServers: nameServers()}, Group: group,
+			Topics: []string{topic},
 		},
 		Relay: outbox.RelayConfig{Ordered: true}, // rows of one sharding key in commit order
 	})
@@ -112,7 +112,7 @@ func ExampleOutbox() {
 func ExampleConfig_parts() {
 	ctx := context.Background()
 	db, topic, group := exampleBed("parts")
-	rmq := txrmq.Config{NameServers: nameServers(), Group: group}
+	rmq := txrmq.Conn{NameServers: nameServers()}
 
 	// In each web process: only the Transactor, which needs no broker here.
 	web, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, Parts: stack.PartProducer}})
@@ -120,7 +120,7 @@ func ExampleConfig_parts() {
 		panic(err)
 	}
 	// In the worker process: only the relays and their publisher.
-	worker, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic}, Parts: stack.PartBackground}})
+	worker, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic}, Parts: stack.PartBackground}})
 	if err != nil {
 		panic(err)
 	}

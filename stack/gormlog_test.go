@@ -18,6 +18,16 @@ import (
 // what it would print as errors: events sent, each delivered twice (the
 // second copy is dropped by the inbox), then everything closed. txmsg's
 // expected paths (the inbox's duplicate, the shutdown) print no error.
+// duplicateCounter is a txmsg.HookConsumed that counts the duplicates the
+// inbox drops.
+type duplicateCounter struct{ n *atomic.Int32 }
+
+func (d duplicateCounter) OnConsumed(_ context.Context, _ string, _ *txmsg.Received, o txmsg.Outcome, _ error, _ time.Duration) {
+	if o == txmsg.OutcomeDuplicate {
+		d.n.Add(1)
+	}
+}
+
 func TestQuickStartPrintsNoGormErrors(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{ModeTransactional, ModeOutbox} {
@@ -28,7 +38,7 @@ func TestQuickStartPrintsNoGormErrors(t *testing.T) {
 			db, rec := testbed.WithGormErrors(base)
 			topic := testbed.Topic(t)
 			require.NoError(t, base.AutoMigrate(&order{}))
-			cfg := Config{DB: db, RocketMQ: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg")}, Topics: []string{topic}}
+			cfg := Config{DB: db, RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pg"), Topics: []string{topic}}
 			var s *Stack
 			var err error
 			if mode == ModeTransactional {
@@ -37,22 +47,16 @@ func TestQuickStartPrintsNoGormErrors(t *testing.T) {
 				s, err = Outbox(OutboxConfig{Config: cfg})
 			}
 			require.NoError(t, err)
-			inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
+			var duplicates atomic.Int32
+			inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{duplicateCounter{&duplicates}}})
 			require.NoError(t, err)
 			handled := make(chan string, 100)
-			var duplicates atomic.Int32
-			consumer, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-				Config: txrmq.Config{NameServers: cfg.RocketMQ.NameServers, Group: testbed.Name(t, "cg")},
-				OnProcessed: func(_ *txmsg.Received, o txmsg.Outcome, _ error) {
-					if o == txmsg.OutcomeDuplicate {
-						duplicates.Add(1)
-					}
-				},
-			},
-				inbox, txmsg.Handle(txmsg.Topic[map[string]int]{Name: topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[map[string]int]) error {
-					handled <- d.Message.ID
-					return nil
-				}))
+			consumer, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[map[string]int]{Name: topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[map[string]int]) error {
+				handled <- d.Message.ID
+				return nil
+			})}, txrmq.ConsumerConfig{
+				Conn: cfg.RocketMQ, Group: testbed.Name(t, "cg"),
+			})
 			require.NoError(t, err)
 			ctx := t.Context()
 			require.NoError(t, s.Migrate(ctx))
@@ -61,7 +65,7 @@ func TestQuickStartPrintsNoGormErrors(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close(context.Background()) })
 			require.NoError(t, consumer.Start(ctx))
 			t.Cleanup(func() { _ = consumer.Close(context.Background()) })
-			pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{NameServers: cfg.RocketMQ.NameServers, Group: testbed.Name(t, "dup")}})
+			pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: cfg.RocketMQ, Group: testbed.Name(t, "dup")})
 			require.NoError(t, err)
 			require.NoError(t, pub.Start(ctx))
 			t.Cleanup(func() { _ = pub.Close(context.Background()) })

@@ -161,9 +161,7 @@ func startConsumer(t *testing.T, db *gorm.DB, topic string, hooks txmsg.Hooks) {
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(t.Context()))
 	route := txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil })
-	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"),
-	}}, inbox, route)
+	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg")})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
@@ -191,9 +189,9 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		s, err := Transactional(TransactionalConfig{
 			Config: Config{
 				DB:       db,
-				RocketMQ: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group},
-				Topics:   []string{topic},
-				Hooks:    txmsg.Hooks{hooks},
+				RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group,
+				Topics: []string{topic},
+				Hooks:  txmsg.Hooks{hooks},
 			},
 			// The test broker's whole check window is a few seconds, so
 			// the barrier may be purged up to a second ago.
@@ -248,9 +246,9 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		hooks := &hookCounter{}
 		s, err := Outbox(OutboxConfig{Config: Config{
 			DB:       db,
-			RocketMQ: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group},
-			Topics:   []string{topic},
-			Hooks:    txmsg.Hooks{hooks},
+			RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group,
+			Topics: []string{topic},
+			Hooks:  txmsg.Hooks{hooks},
 		}})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close(context.Background()) })

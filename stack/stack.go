@@ -68,7 +68,7 @@ type component struct {
 var _ txmsg.Transactor = (*Stack)(nil)
 
 // Transactional builds a transactional-mode stack: a [checker.Checker] on
-// cfg.DB, a [txrmq.Transactional] producer in group cfg.RocketMQ.Group
+// cfg.DB, a [txrmq.Transactional] producer in group cfg.Group
 // (with [PartProducer]), and a [txrmq.Sweeper] with its [txrmq.Publisher],
 // both in their own group (with [PartBackground]). It validates cfg and
 // connects to no broker; with PartProducer it asks the database whether
@@ -100,19 +100,21 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 	var background []component
 	if cfg.Parts&PartBackground != 0 {
 		// The sweeper calls OnHeld, its publisher OnCheckBack.
-		rc := cfg.rocketMQ(sweeperGroup, cfg.Hooks)
-		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: rc, Topics: cfg.Topics})
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: cfg.rocketMQ(), Group: sweeperGroup, Hooks: cfg.Hooks, Topics: cfg.Topics,
+			SendTimeout: cfg.SendTimeout, Retries: cfg.Retries, MaxBodySize: cfg.MaxBodySize})
 		if err != nil {
 			return nil, fmt.Errorf("stack: sweeper: %w", err)
 		}
 		s.pub = pub
 		background = append(background, component{"sweeper's publisher", pub.Start, pub.Close})
-		sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{
-			Config:          rc,
-			ProducerGroups:  []string{cfg.RocketMQ.Group},
+		sw, err := txrmq.NewSweeper(chk, pub, txrmq.SweeperConfig{
+			Conn:            cfg.rocketMQ(),
+			Group:           sweeperGroup,
+			Hooks:           cfg.Hooks,
+			ProducerGroups:  []string{cfg.Group},
 			HoldFor:         cfg.Sweeper.HoldFor,
 			RetryDelayLevel: cfg.Sweeper.RetryDelayLevel,
-		}, chk, pub)
+		})
 		if err != nil {
 			s.components = background
 			s.discard()
@@ -122,14 +124,19 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 		background = append(background, component{"sweeper", sw.Start, sw.Close})
 	}
 	if cfg.Parts&PartProducer != 0 {
-		txp, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-			Config:             cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks),
+		txp, err := txrmq.NewTransactional(cfg.DB, chk, txrmq.TransactionalConfig{
+			Conn:               cfg.rocketMQ(),
+			Group:              cfg.Group,
+			Hooks:              cfg.Hooks,
+			SendTimeout:        cfg.SendTimeout,
+			Retries:            cfg.Retries,
+			MaxBodySize:        cfg.MaxBodySize,
 			Topics:             cfg.Topics,
 			CheckBackWorkers:   cfg.CheckBacks.Workers,
 			CheckBackQueue:     cfg.CheckBacks.Queue,
 			CheckBackCacheSize: cfg.CheckBacks.CacheSize,
 			CheckBackCacheAge:  cfg.CheckBacks.CacheAge,
-		}, cfg.DB, chk)
+		})
 		if err != nil {
 			s.components = background
 			s.discard()
@@ -144,7 +151,7 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 
 // Outbox builds a local-table stack: an [outbox.Outbox] on cfg.DB (the
 // Transactor, with [PartProducer]) and cfg.Relays [outbox.Relay]s
-// publishing through a [txrmq.Publisher] in group cfg.RocketMQ.Group (with
+// publishing through a [txrmq.Publisher] in group cfg.Group (with
 // [PartBackground]). It validates cfg and connects nothing; call
 // [Stack.Start].
 func Outbox(cfg OutboxConfig) (*Stack, error) {
@@ -167,10 +174,15 @@ func Outbox(cfg OutboxConfig) (*Stack, error) {
 	}
 	s.barrier = cfg.Checker
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config:   cfg.rocketMQ(cfg.RocketMQ.Group, cfg.Hooks), // its check-back answers
-		Topics:   cfg.Topics,
-		MaxBatch: cfg.MaxBatch,
-		Checker:  cfg.Checker,
+		Conn:        cfg.rocketMQ(),
+		Group:       cfg.Group,
+		Hooks:       cfg.Hooks, // its check-back answers
+		SendTimeout: cfg.SendTimeout,
+		Retries:     cfg.Retries,
+		MaxBodySize: cfg.MaxBodySize,
+		Topics:      cfg.Topics,
+		MaxBatch:    cfg.MaxBatch,
+		Checker:     cfg.Checker,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stack: relay: %w", err)

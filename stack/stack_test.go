@@ -35,11 +35,11 @@ func (noopHook) BeforeSend(context.Context, *txmsg.Message) {}
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := offlineDB(t)
-	rmq := txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}
-	base := Config{DB: db, RocketMQ: rmq}
-	withRMQ := func(f func(*txrmq.Config)) Config {
+	rmq := txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}
+	base := Config{DB: db, RocketMQ: rmq, Group: "orders"}
+	with := func(f func(*Config)) Config {
 		c := base
-		f(&c.RocketMQ)
+		f(&c)
 		return c
 	}
 	txCases := map[string]struct {
@@ -49,9 +49,8 @@ func TestConfigErrors(t *testing.T) {
 		"no db":                {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "DB is nil"},
 		"bad parts":            {TransactionalConfig{Config: Config{DB: db, RocketMQ: rmq, Parts: 4}}, "Parts 4"},
 		"bad topic":            {TransactionalConfig{Config: Config{DB: db, RocketMQ: rmq, Topics: []string{"a b"}}}, `topic "a b"`},
-		"hooks in RocketMQ":    {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.Hooks = txmsg.Hooks{noopHook{}} })}, "set Hooks on stack.Config"},
-		"no name servers":      {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.NameServers = nil })}, "NameServers is empty"},
-		"no group":             {TransactionalConfig{Config: withRMQ(func(c *txrmq.Config) { c.Group = "" })}, "Group"},
+		"no name servers":      {TransactionalConfig{Config: with(func(c *Config) { c.RocketMQ.NameServers = nil })}, "NameServers is empty"},
+		"no group":             {TransactionalConfig{Config: with(func(c *Config) { c.Group = "" })}, "Group"},
 		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: SweeperConfig{Group: "orders"}}, "is the producer group"},
 		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
 		"cache beyond window":  {TransactionalConfig{Config: base, CheckBacks: CheckBackConfig{CacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
@@ -73,7 +72,7 @@ func TestConfigErrors(t *testing.T) {
 		"hooks in relay":   {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "set Hooks on stack.Config"},
 		"negative relays":  {OutboxConfig{Config: base, Relays: -1}, "Relays must not be negative"},
 		"bad table":        {OutboxConfig{Config: base, Outbox: outbox.Config{Table: "x;y"}}, "plain SQL identifier"},
-		"no name servers":  {OutboxConfig{Config: withRMQ(func(c *txrmq.Config) { c.NameServers = nil })}, "NameServers is empty"},
+		"no name servers":  {OutboxConfig{Config: with(func(c *Config) { c.RocketMQ.NameServers = nil })}, "NameServers is empty"},
 		"table mismatch":   {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Table: "other"}}, "differs from the Outbox's"},
 	}
 	for name, c := range obCases {
@@ -90,7 +89,7 @@ func TestConfigErrors(t *testing.T) {
 func TestSweeperGroup(t *testing.T) {
 	t.Parallel()
 	db := testbed.DB(t) // NewTransactional asks the database who it is
-	cfg := TransactionalConfig{Config: Config{DB: db, RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}}
+	cfg := TransactionalConfig{Config: Config{DB: db, RocketMQ: txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "orders"}}
 	s, err := Transactional(cfg)
 	require.NoError(t, err)
 	require.Equal(t, "orders"+SweeperSuffix, s.sweeperGroup)
@@ -155,8 +154,8 @@ func TestTransactionalStack(t *testing.T) {
 	require.NoError(t, db.AutoMigrate(&order{}))
 	s, err := Transactional(TransactionalConfig{Config: Config{
 		DB:       db,
-		RocketMQ: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg")},
-		Topics:   []string{topic},
+		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pg"),
+		Topics: []string{topic},
 	}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
@@ -209,12 +208,13 @@ func TestOutboxStack(t *testing.T) {
 	topic := testbed.Topic(t)
 	obs := testbed.Observe(t, topic, nil)
 	require.NoError(t, db.AutoMigrate(&order{}))
-	rmq := txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg")}
+	rmq := txrmq.Conn{NameServers: []string{testbed.NameServer()}}
+	group := testbed.Name(t, "pg")
 	ctx := t.Context()
 
 	t.Run("whole", func(t *testing.T) {
 		s, err := Outbox(OutboxConfig{
-			Config: Config{DB: db, RocketMQ: rmq, Topics: []string{topic}},
+			Config: Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic}},
 			Relays: 2,
 			Relay:  outbox.RelayConfig{Name: "r"},
 		})
@@ -256,7 +256,7 @@ func TestOutboxStack(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, producer.Health(ctx))
 
-		background, err := Outbox(OutboxConfig{Config: Config{DB: db, RocketMQ: rmq, Topics: []string{topic}, Parts: PartBackground}})
+		background, err := Outbox(OutboxConfig{Config: Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic}, Parts: PartBackground}})
 		require.NoError(t, err)
 		_, err = background.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
 		require.ErrorIs(t, err, ErrNoProducer)
@@ -275,7 +275,7 @@ func TestOutboxStack(t *testing.T) {
 func TestStartFailureClosesTheStack(t *testing.T) {
 	t.Parallel()
 	s, err := Transactional(TransactionalConfig{Config: Config{DB: testbed.DB(t),
-		RocketMQ: txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "orders"}}})
+		RocketMQ: txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "orders"}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

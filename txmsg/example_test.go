@@ -162,7 +162,7 @@ func (t tracer) OnLocalDone(_ context.Context, msg *txmsg.Message, state txmsg.L
 }
 
 // Hooks observe components' events. A component takes them in its config
-// (stack.Config.Hooks, outbox.Config.Hooks, txrmq.Config.Hooks,
+// (stack.Config.Hooks, outbox.Config.Hooks, txrmq.TransactionalConfig.Hooks,
 // txmsg.InboxConfig.Hooks) and calls, for each event, the hooks that
 // implement that event's interface. Here the dispatch functions of package
 // txmsg/driver are called directly, as a Transactor calls them.

@@ -35,10 +35,7 @@ func brokerEnv(t *testing.T) *env {
 	testbed.QuietClientLogs()
 	testbed.RequireBroker(t)
 	bridgeOnce.Do(func() {
-		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-			NameServers: []string{testbed.NameServer()},
-			Group:       "txmsg_outbox_test_bridge",
-		}})
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: "txmsg_outbox_test_bridge"})
 		require.NoError(t, err)
 		require.NoError(t, pub.Start(context.Background()))
 		_ = pub.Close(context.Background())
@@ -54,10 +51,7 @@ func brokerPublisher(t *testing.T) *txrmq.Publisher {
 	t.Helper()
 	// No test logger here: the client's log bridge is process-wide and
 	// outlives the test.
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()},
-		Group:       testbed.Name(t, "pub"),
-	}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pub")})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })

@@ -30,16 +30,16 @@ func TestClusterRelayAndConsumerKeepGoingWithABrokerDown(t *testing.T) {
 	require.NoError(t, inbox.Migrate(context.Background()))
 	var mu sync.Mutex
 	handled := map[string]int{}
-	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config:          txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg")},
-		RetryDelayLevel: 1,
-	}, inbox, txmsg.Handle(txmsg.Topic[[]byte]{Name: e.topic, Codec: rawCodec{}},
+	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[[]byte]{Name: e.topic, Codec: rawCodec{}},
 		func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[[]byte]) error {
 			mu.Lock()
 			defer mu.Unlock()
 			handled[d.Message.ID]++
 			return nil
-		}))
+		})}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg"),
+		RetryDelayLevel: 1,
+	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	t.Cleanup(func() { _ = c.Close(context.Background()) })

@@ -22,7 +22,7 @@ func TestOutboxConformance(t *testing.T) {
 		require.NoError(t, ob.Migrate(context.Background()))
 		topic := testbed.Topic(t)
 		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-			Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "confpub")},
+			Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "confpub"),
 			Topics: []string{topic},
 		})
 		require.NoError(t, err)

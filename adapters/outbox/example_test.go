@@ -60,10 +60,9 @@ func Example() {
 	if err := db.AutoMigrate(&exampleOrder{}); err != nil {
 		panic(err)
 	}
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()},
-		Group:       testbed.ExampleName("orders"), // the service's producer group
-	}, Topics: []string{topic}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{
+		NameServers: []string{testbed.NameServer()}, // the service's producer group
+	}, Group: testbed.ExampleName("orders"), Topics: []string{topic}})
 	if err != nil {
 		panic(err)
 	}
@@ -128,9 +127,7 @@ func ExampleOutbox_EnqueueTx() {
 	stats, err := ob.Stats(ctx)
 	fmt.Printf("pending %d, %v\n", stats.Pending, err)
 
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.ExampleName("stock"),
-	}, Topics: []string{topic}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.ExampleName("stock"), Topics: []string{topic}})
 	if err != nil {
 		panic(err)
 	}

@@ -62,12 +62,7 @@ func (s switchable) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 // publisherAt starts a real publisher whose name server is at addr.
 func publisherAt(t *testing.T, addr string) *txrmq.Publisher {
 	t.Helper()
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{addr},
-		Group:       testbed.Name(t, "pub"),
-		SendTimeout: time.Second,
-		Retries:     1,
-	}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{addr}}, Group: testbed.Name(t, "pub"), SendTimeout: time.Second, Retries: 1})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
@@ -226,9 +221,7 @@ func TestBrokerRejectedMessageGoesDead(t *testing.T) {
 	e := newEnv(t, Config{MaxBodySize: 5 << 20})
 	e.topic = testbed.Topic(t)
 	obs := testbed.Observe(t, e.topic, nil)
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub"), MaxBodySize: 5 << 20,
-	}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pub"), MaxBodySize: 5 << 20})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })

@@ -3,7 +3,7 @@
 //
 // It lives in its own Go module and depends only on the OpenTelemetry API;
 // the program chooses the SDK and exporter. [Tracing] implements txmsg's
-// hooks: put it in the Hooks of the producer side (txrmq.Config.Hooks
+// hooks: put it in the Hooks of the producer side (txrmq.TransactionalConfig.Hooks
 // or outbox.Config.Hooks) and of the consumer side
 // (txmsg.InboxConfig.Hooks).
 //

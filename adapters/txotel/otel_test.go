@@ -132,14 +132,14 @@ func startConsumer(t *testing.T, db *gorm.DB, topic string, tr *txotel.Tracing, 
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	seen := &handlerTraces{ids: map[string]trace.TraceID{}}
-	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: log},
-	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[event]) error {
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[event]) error {
 		seen.mu.Lock()
 		defer seen.mu.Unlock()
 		seen.ids[d.Message.ID] = trace.SpanContextFromContext(ctx).TraceID()
 		return nil
-	}))
+	})}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "cg"),
+	})
 	require.NoError(t, err)
 	require.NoError(t, cons.Start(ctx))
 	t.Cleanup(func() { _ = cons.Close(context.Background()) })
@@ -161,10 +161,10 @@ func TestTraceReachesHandlerTransactional(t *testing.T) {
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
-	prod, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{tr}},
+	prod, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "pg"), Hooks: txmsg.Hooks{tr},
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	require.NoError(t, err)
 	require.NoError(t, prod.Start(ctx))
 	t.Cleanup(func() { _ = prod.Close(context.Background()) })
@@ -206,9 +206,7 @@ func TestTraceReachesHandlerOutbox(t *testing.T) {
 	ob, err := outbox.New(db, outbox.Config{Logger: log, Hooks: txmsg.Hooks{tr}})
 	require.NoError(t, err)
 	require.NoError(t, ob.Migrate(ctx))
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "relay"), Logger: log,
-	}, Topics: []string{topic}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "relay"), Topics: []string{topic}})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })

@@ -8,7 +8,7 @@
 //
 //	m := txprom.New(txprom.Config{})
 //	reg.MustRegister(m)
-//	tr, _ := txrmq.NewTransactional(txrmq.TransactionalConfig{Config: txrmq.Config{Hooks: txmsg.Hooks{m}, ...}}, db, chk)
+//	tr, _ := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{Conn: conn, Group: "orders", Hooks: txmsg.Hooks{m}})
 //	inbox, _ := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{m}})
 //	oc, _ := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table()})
 //	reg.MustRegister(oc)

@@ -96,10 +96,10 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log, Hooks: txmsg.Hooks{m}},
+	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "pg"), Hooks: txmsg.Hooks{m},
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(ctx))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
@@ -109,12 +109,12 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	require.NoError(t, inbox.Migrate(ctx))
 	group := testbed.Name(t, "cg")
 	var handled atomic.Int32
-	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group, Logger: log},
-	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error {
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error {
 		handled.Add(1)
 		return nil
-	}))
+	})}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: group,
+	})
 	require.NoError(t, err)
 	require.NoError(t, cons.Start(ctx))
 	t.Cleanup(func() { _ = cons.Close(context.Background()) })
@@ -155,9 +155,7 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	require.Equal(t, int32(2), handled.Load())
 
 	// The same event published again is a duplicate to the inbox.
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "plain"), Logger: log,
-	}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "plain")})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
@@ -246,9 +244,7 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	require.Equal(t, 4.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "pending"))
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent"))
 
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "relay"), Logger: log,
-	}, Topics: []string{topic}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "relay"), Topics: []string{topic}})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
@@ -295,9 +291,7 @@ func TestRelayUnavailableMetrics(t *testing.T) {
 	reg.MustRegister(oc)
 
 	start := func(nameServer string) func() {
-		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-			NameServers: []string{nameServer}, Group: testbed.Name(t, "relay"), Logger: log, SendTimeout: time.Second, Retries: 1,
-		}})
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{nameServer}, Logger: log}, Group: testbed.Name(t, "relay"), SendTimeout: time.Second, Retries: 1})
 		require.NoError(t, err)
 		require.NoError(t, pub.Start(ctx))
 		relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{

@@ -78,15 +78,14 @@ type checkBackLimits struct {
 	workers, queue int
 }
 
-func (l *checkBackLimits) validate(what string) error {
-	if l.workers < 0 || l.queue < 0 {
-		return fmt.Errorf("%w: %s: CheckBackWorkers and CheckBackQueue must not be negative", txmsg.ErrInvalidConfig, what)
+// validateCheckBackLimits checks a producer config's defaulted
+// CheckBackWorkers and CheckBackQueue.
+func validateCheckBackLimits(what string, workers, queue int) error {
+	if workers <= 0 {
+		return fmt.Errorf("%w: %s: CheckBackWorkers must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultCheckBackWorkers)
 	}
-	if l.workers == 0 {
-		l.workers = DefaultCheckBackWorkers
-	}
-	if l.queue == 0 {
-		l.queue = DefaultCheckBackQueue
+	if queue <= 0 {
+		return fmt.Errorf("%w: %s: CheckBackQueue must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultCheckBackQueue)
 	}
 	return nil
 }
@@ -134,7 +133,7 @@ type checkBacks struct {
 // fields are not what this version expects, it returns a plain
 // transaction producer whose check-backs call cb.answer one at a time, and
 // says so in the log.
-func newCheckBackProducer(cfg *Config, kind string, cb *checkBacks, l primitive.TransactionListener) (rmq.TransactionProducer, error) {
+func newCheckBackProducer(cfg producerSetup, kind string, cb *checkBacks, l primitive.TransactionListener) (rmq.TransactionProducer, error) {
 	opts := producerOptions(cfg, kind) // one instance name for both producers below
 	first, err := producer.NewDefaultProducer(opts...)
 	if err != nil {

@@ -78,7 +78,7 @@ func TestPublisherWithCheckerAnswersCheckBacks(t *testing.T) {
 	e := newTxEnv(t)
 	obs := testbed.Observe(t, e.topic, nil)
 	pub, err := NewPublisher(PublisherConfig{
-		Config:  Config{NameServers: []string{testbed.NameServer()}, Group: e.group},
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: e.group,
 		Topics:  []string{e.topic},
 		Checker: e.chk,
 	})
@@ -103,7 +103,7 @@ func TestPublisherWithoutCheckerAnswersUnknown(t *testing.T) {
 	e := newTxEnv(t)
 	logger, logs := newLogRecorder()
 	pub, err := NewPublisher(PublisherConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: e.group, Logger: logger},
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: e.group,
 		Topics: []string{e.topic},
 	})
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestCheckBacksDoNotPileUpWhileTheDatabaseIsSlow(t *testing.T) {
 	tcfg := e.config(nil)
 	tcfg.Hooks = txmsg.Hooks{counter}
 	tcfg.CheckBackWorkers, tcfg.CheckBackQueue = 2, 16
-	tr, err := NewTransactional(tcfg, e.db, chk)
+	tr, err := NewTransactional(e.db, chk, tcfg)
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(ctx))
 	t.Cleanup(func() { _ = tr.Close(ctx) })

@@ -121,7 +121,7 @@ func TestConsumerCloseWhilePullsDeliver(t *testing.T) {
 	t.Parallel()
 	b := newConsumerBed(t)
 	closeWhilePullsDeliver(t, b, func(route txmsg.Route) startStopper {
-		c, err := txrmq.NewConsumer(b.config(), b.inbox, route)
+		c, err := txrmq.NewConsumer(b.inbox, []txmsg.Route{route}, b.config())
 		require.NoError(t, err)
 		return c
 	})
@@ -133,7 +133,7 @@ func TestOrderedConsumerCloseWhilePullsDeliver(t *testing.T) {
 	t.Parallel()
 	b := newConsumerBed(t)
 	closeWhilePullsDeliver(t, b, func(route txmsg.Route) startStopper {
-		c, err := txrmq.NewOrderedConsumer(b.orderedConfig(), b.inbox, route)
+		c, err := txrmq.NewOrderedConsumer(b.inbox, []txmsg.Route{route}, b.orderedConfig())
 		require.NoError(t, err)
 		return c
 	})

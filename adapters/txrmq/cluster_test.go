@@ -80,10 +80,10 @@ func TestClusterChildProcess(t *testing.T) {
 		}
 		select {} // no END_TRANSACTION leaves this process
 	}}
-	tr, err := NewTransactional(TransactionalConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group, Hooks: txmsg.Hooks{hook}},
+	tr, err := NewTransactional(db, chk, TransactionalConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: group, Hooks: txmsg.Hooks{hook},
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
 	errs := make(chan error, n)
@@ -258,11 +258,11 @@ func TestClusterSweeperSweepsBothBrokers(t *testing.T) {
 	obs := testbed.Observe(t, e.topic, nil)
 	logger, logs := newLogRecorder()
 	pub := newTestPublisher(t, 0)
-	sw, err := NewSweeper(SweeperConfig{
-		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Logger: logger},
+	sw, err := NewSweeper(e.chk, pub, SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups:  []string{e.group},
 		RetryDelayLevel: 1,
-	}, e.chk, pub)
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })

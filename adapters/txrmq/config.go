@@ -14,27 +14,30 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// Defaults of [Config]'s fields.
+// Defaults of the config fields every component shares.
 const (
-	// DefaultSendTimeout is Config.SendTimeout's default.
+	// DefaultSendTimeout is the default SendTimeout of
+	// [TransactionalConfig] and [PublisherConfig].
 	DefaultSendTimeout = 3 * time.Second
-	// DefaultRetries is Config.Retries's default.
+	// DefaultRetries is the default Retries of [TransactionalConfig] and
+	// [PublisherConfig].
 	DefaultRetries = 2
-	// DefaultClientLogLevel is Config.ClientLogLevel's default.
+	// DefaultClientLogLevel is Conn.ClientLogLevel's default.
 	DefaultClientLogLevel = slog.LevelError
-	// DefaultNameServerTimeout is Config.NameServerTimeout's default.
+	// DefaultNameServerTimeout is Conn.NameServerTimeout's default.
 	DefaultNameServerTimeout = 3 * time.Second
 )
 
-// Config is what every txmsg RocketMQ component needs to reach the cluster.
-// Component-specific settings live in their own config types, which embed
-// Config.
-type Config struct {
+// Conn is how a txmsg RocketMQ component reaches the cluster: every
+// component's config embeds it. The group and the component's own
+// settings live in the component's config.
+//
+// Like every config of the package, Conn has WithDefaults, which fills
+// the zero fields with their defaults, and Validate, which checks a
+// defaulted value; the constructors call both.
+type Conn struct {
 	// NameServers are the name server addresses, host:port. Required.
 	NameServers []string
-	// Group is the producer or consumer group. Required. All producers of a
-	// transactional group must answer check-backs from the same database.
-	Group string
 	// Namespace, when set, is prefixed to topics and groups by the client
 	// (RocketMQ 4.x namespaces, e.g. on hosted clusters).
 	Namespace string
@@ -47,12 +50,6 @@ type Config struct {
 	// stores this flag process-wide, so every RocketMQ client in one
 	// process must agree on it.
 	TLS bool
-	// SendTimeout bounds one send to the broker. Default
-	// [DefaultSendTimeout] (3 s).
-	SendTimeout time.Duration
-	// Retries is how many times the client retries a failed plain send.
-	// Default [DefaultRetries] (2).
-	Retries int
 	// NameServerTimeout bounds how long Start waits for one name server
 	// to answer (connect and reply) before it tries the next one. Start
 	// asks the name servers before it starts the client, so a name server
@@ -61,14 +58,11 @@ type Config struct {
 	// ends), and the error names each address and what went wrong.
 	// Default [DefaultNameServerTimeout] (3 s).
 	NameServerTimeout time.Duration
-	// MaxBodySize is the largest body accepted; it should equal the
-	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
-	MaxBodySize int
 	// Logger receives txmsg's logs and, at warning level and above, the
-	// client's. Nil means slog.Default().
+	// client's. Default slog.Default().
 	Logger *slog.Logger
 	// ClientLogLevel is the lowest level of rocketmq-client-go's own logs
-	// passed to Logger, for example slog.LevelWarn. Nil means
+	// passed to Logger, for example slog.LevelWarn. Default
 	// [DefaultClientLogLevel]: the client logs routine events (rebalances,
 	// missing retry topics) as warnings.
 	//
@@ -78,34 +72,42 @@ type Config struct {
 	// built later with another Logger or ClientLogLevel logs a warning
 	// saying that its setting does not apply to them.
 	ClientLogLevel slog.Leveler
-	// Hooks observe the component's events (see txmsg.Hook). A
-	// Transactional calls BeforeSend, OnHalfSent, OnLocalDone and
-	// OnCheckBack; a Publisher calls OnCheckBack for the check-backs that
-	// reach it; a Sweeper calls OnHeld for the half messages it parks for
-	// an operator. A Consumer's events go on its Inbox
-	// (txmsg.InboxConfig.Hooks), so NewConsumer refuses a non-empty Hooks
-	// with txmsg.ErrInvalidConfig. A hook that implements no hook interface
-	// is refused too. Optional.
-	Hooks txmsg.Hooks
 }
+
+// WithDefaults returns c with its zero fields set to their defaults. It
+// checks nothing.
+func (c Conn) WithDefaults() Conn {
+	if c.NameServerTimeout == 0 {
+		c.NameServerTimeout = DefaultNameServerTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ClientLogLevel == nil {
+		c.ClientLogLevel = DefaultClientLogLevel
+	}
+	return c
+}
+
+// Validate checks c, which WithDefaults has filled in. The error wraps
+// [txmsg.ErrInvalidConfig] and names the field.
+func (c Conn) Validate() error { return c.validate("rocketmq connection") }
 
 var groupPattern = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,255}$`)
 
-func (c *Config) validate(what string) error {
+// validate is Validate with what, the component, in front of the error.
+func (c *Conn) validate(what string) error {
 	if len(c.NameServers) == 0 {
 		return fmt.Errorf("%w: %s: NameServers is empty", txmsg.ErrInvalidConfig, what)
 	}
 	for _, ns := range c.NameServers {
-		host, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(ns, "http://"), "https://"))
+		host, port, err := net.SplitHostPort(nameServerAddr(ns))
 		if err != nil || host == "" {
-			return fmt.Errorf("%w: %s: name server %q is not host:port", txmsg.ErrInvalidConfig, what, ns)
+			return fmt.Errorf("%w: %s: NameServers: %q is not host:port", txmsg.ErrInvalidConfig, what, ns)
 		}
 		if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
-			return fmt.Errorf("%w: %s: name server %q has a bad port", txmsg.ErrInvalidConfig, what, ns)
+			return fmt.Errorf("%w: %s: NameServers: %q has a bad port", txmsg.ErrInvalidConfig, what, ns)
 		}
-	}
-	if !groupPattern.MatchString(c.Group) {
-		return fmt.Errorf("%w: %s: Group %q must be 1 to 255 characters from [a-zA-Z0-9_-%%|]", txmsg.ErrInvalidConfig, what, c.Group)
 	}
 	if c.Namespace != "" && !groupPattern.MatchString(c.Namespace) {
 		return fmt.Errorf("%w: %s: Namespace %q must contain only [a-zA-Z0-9_-%%|]", txmsg.ErrInvalidConfig, what, c.Namespace)
@@ -116,52 +118,70 @@ func (c *Config) validate(what string) error {
 	if c.SecurityToken != "" && c.AccessKey == "" {
 		return fmt.Errorf("%w: %s: SecurityToken needs AccessKey and SecretKey", txmsg.ErrInvalidConfig, what)
 	}
-	if c.SendTimeout < 0 || c.Retries < 0 || c.MaxBodySize < 0 {
-		return fmt.Errorf("%w: %s: SendTimeout, Retries and MaxBodySize must not be negative", txmsg.ErrInvalidConfig, what)
+	if c.NameServerTimeout <= 0 {
+		return fmt.Errorf("%w: %s: NameServerTimeout must be positive (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultNameServerTimeout)
 	}
-	if c.NameServerTimeout < 0 {
-		return fmt.Errorf("%w: %s: NameServerTimeout must not be negative (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultNameServerTimeout)
-	}
-	if c.NameServerTimeout == 0 {
-		c.NameServerTimeout = DefaultNameServerTimeout
-	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = DefaultSendTimeout
-	}
-	if c.Retries == 0 {
-		c.Retries = DefaultRetries
-	}
-	if c.MaxBodySize == 0 {
-		c.MaxBodySize = txmsg.DefaultMaxBodySize
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.ClientLogLevel == nil {
-		c.ClientLogLevel = DefaultClientLogLevel
+	if c.Logger == nil || c.ClientLogLevel == nil {
+		return fmt.Errorf("%w: %s: Logger and ClientLogLevel are nil; call WithDefaults before Validate", txmsg.ErrInvalidConfig, what)
 	}
 	return nil
 }
 
-// noHooks refuses Hooks on a component that would ignore them; where
-// says where its events' hooks go instead.
-func (c *Config) noHooks(what, where string) error {
-	if len(c.Hooks) > 0 {
-		return fmt.Errorf("%w: %s: Hooks are not called here; %s", txmsg.ErrInvalidConfig, what, where)
+// validateGroup checks a component's Group.
+func validateGroup(what, group string) error {
+	if !groupPattern.MatchString(group) {
+		return fmt.Errorf("%w: %s: Group %q must be 1 to 255 characters from [a-zA-Z0-9_-%%|]", txmsg.ErrInvalidConfig, what, group)
 	}
 	return nil
 }
 
-func (c *Config) credentials() primitive.Credentials {
+// sendDefaults returns a producer-side config's SendTimeout, Retries
+// and MaxBodySize with the zero ones set to their defaults.
+func sendDefaults(timeout time.Duration, retries, maxBody int) (time.Duration, int, int) {
+	if timeout == 0 {
+		timeout = DefaultSendTimeout
+	}
+	if retries == 0 {
+		retries = DefaultRetries
+	}
+	if maxBody == 0 {
+		maxBody = txmsg.DefaultMaxBodySize
+	}
+	return timeout, retries, maxBody
+}
+
+// validateSend checks a producer-side config's defaulted SendTimeout,
+// Retries and MaxBodySize.
+func validateSend(what string, timeout time.Duration, retries, maxBody int) error {
+	switch {
+	case timeout <= 0:
+		return fmt.Errorf("%w: %s: SendTimeout must be positive (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultSendTimeout)
+	case retries < 0:
+		return fmt.Errorf("%w: %s: Retries must not be negative (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultRetries)
+	case maxBody <= 0:
+		return fmt.Errorf("%w: %s: MaxBodySize must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, txmsg.DefaultMaxBodySize)
+	}
+	return nil
+}
+
+// validateHooks checks hooks as txmsg.Hooks.Bind would, without binding
+// them.
+func validateHooks(what string, hooks txmsg.Hooks) error {
+	if err := hooks.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (c *Conn) credentials() primitive.Credentials {
 	return primitive.Credentials{AccessKey: c.AccessKey, SecretKey: c.SecretKey, SecurityToken: c.SecurityToken}
 }
 
-// LogValue implements slog.LogValuer: the config without its
-// credentials, whichever handler formats it.
-func (c Config) LogValue() slog.Value {
+// LogValue implements slog.LogValuer: the connection settings without
+// the credentials, whichever handler formats them.
+func (c Conn) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("name_servers", strings.Join(c.NameServers, ",")),
-		slog.String("group", c.Group),
 		slog.String("namespace", c.Namespace),
 		slog.Bool("acl", c.AccessKey != ""),
 		slog.Bool("tls", c.TLS),
@@ -169,15 +189,15 @@ func (c Config) LogValue() slog.Value {
 }
 
 // GoString is String, so that %#v does not print the credentials either.
-func (c Config) GoString() string { return c.String() }
+func (c Conn) GoString() string { return c.String() }
 
-// String describes the config without its secrets.
-func (c Config) String() string {
+// String describes the connection settings without their secrets.
+func (c Conn) String() string {
 	ak := ""
 	if c.AccessKey != "" {
 		ak = ", access key " + redact(c.AccessKey)
 	}
-	return fmt.Sprintf("rocketmq{name servers %v, group %q, namespace %q%s}", c.NameServers, c.Group, c.Namespace, ak)
+	return fmt.Sprintf("rocketmq{name servers %v, namespace %q%s}", c.NameServers, c.Namespace, ak)
 }
 
 func redact(s string) string {

@@ -21,10 +21,10 @@ func TestTransactionalConformance(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, chk.Migrate(context.Background()))
 		topic := testbed.Topic(t)
-		tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-			Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "conf")},
+		tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
+			Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "conf"),
 			Topics: []string{topic},
-		}, db, chk)
+		})
 		require.NoError(t, err)
 		require.NoError(t, tr.Start(context.Background()))
 		t.Cleanup(func() { _ = tr.Close(context.Background()) })

@@ -2,24 +2,18 @@ package txrmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
-	"runtime/debug"
-	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
-	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/txmsg"
-	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Consumer defaults.
@@ -37,9 +31,10 @@ const (
 	DefaultBufferMiB = 256
 )
 
-// ConsumerConfig configures a [Consumer]. Config.Group is the consumer
-// group: the inbox dedupes per group, so two groups each handle every event
-// once. SendTimeout, Retries and MaxBodySize do not apply to consumers.
+// ConsumerConfig configures a [Consumer]. Group is the consumer group: the
+// inbox dedupes per group, so two groups each handle every event once. The
+// consumer's events go to its inbox's hooks (txmsg.InboxConfig.Hooks:
+// HookBeforeHandle, HookConsumed).
 //
 // Where a new group starts: a group that has no committed offset for a
 // queue starts at that queue's end when its first consumer starts (as
@@ -54,7 +49,9 @@ const (
 // between are handled. Start fails, naming the queue and the broker's answer, when the
 // broker refuses the write or cannot be asked.
 type ConsumerConfig struct {
-	Config
+	Conn
+	// Group is the consumer group. Required.
+	Group string
 	// Concurrency is the most handlers running at once, across all routes,
 	// from 1 to 1000. Default [DefaultConcurrency] (16). Each running handler
 	// holds one database connection; keep it below the pool's size.
@@ -87,30 +84,17 @@ type ConsumerConfig struct {
 	// Default [DefaultBufferMiB] (256). Without it the client's own bound
 	// is 51,200 MiB per consumer.
 	BufferMiB int
-	// OnProcessed, when set, is called once per delivery after the
-	// consumer has decided about it: outcome is what the inbox did when
-	// err is nil; a non-nil err means the broker will deliver the message
-	// again. Deliveries turned away because the consumer is closing are
-	// not reported. It runs on the consuming goroutine; keep it fast.
-	// Meant for metrics and tests.
-	OnProcessed func(r *txmsg.Received, outcome txmsg.Outcome, err error)
 }
 
-func (c *ConsumerConfig) validate() error {
-	if err := c.Config.validate("consumer"); err != nil {
-		return err
+// WithDefaults returns c with its zero fields set to their defaults. It
+// checks nothing.
+func (c ConsumerConfig) WithDefaults() ConsumerConfig {
+	c.Conn = c.Conn.WithDefaults()
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
 	}
-	switch {
-	case c.Concurrency < 0 || c.Concurrency > 1000:
-		return fmt.Errorf("%w: consumer: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, DefaultConcurrency)
-	case c.MaxReconsumeTimes < 0 || c.MaxReconsumeTimes > math.MaxInt32:
-		return fmt.Errorf("%w: consumer: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, DefaultMaxReconsumeTimes)
-	case c.RetryDelayLevel < 0:
-		return fmt.Errorf("%w: consumer: RetryDelayLevel must not be negative (0 means the broker's schedule)", txmsg.ErrInvalidConfig)
-	case c.BufferMessages < 0 || c.BufferMessages > 6_553_500:
-		return fmt.Errorf("%w: consumer: BufferMessages must be between 1 and 6553500 (0 means %d)", txmsg.ErrInvalidConfig, DefaultBufferMessages)
-	case c.BufferMiB < 0 || c.BufferMiB > 102_400:
-		return fmt.Errorf("%w: consumer: BufferMiB must be between 1 and 102400 (0 means %d)", txmsg.ErrInvalidConfig, DefaultBufferMiB)
+	if c.MaxReconsumeTimes == 0 {
+		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
 	}
 	if c.BufferMessages == 0 {
 		c.BufferMessages = DefaultBufferMessages
@@ -118,11 +102,31 @@ func (c *ConsumerConfig) validate() error {
 	if c.BufferMiB == 0 {
 		c.BufferMiB = DefaultBufferMiB
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
+	return c
+}
+
+// Validate checks c, which WithDefaults has filled in. The error wraps
+// [txmsg.ErrInvalidConfig] and names the field.
+func (c ConsumerConfig) Validate() error { return c.validate("consumer") }
+
+func (c *ConsumerConfig) validate(what string) error {
+	if err := c.Conn.validate(what); err != nil {
+		return err
 	}
-	if c.MaxReconsumeTimes == 0 {
-		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
+	if err := validateGroup(what, c.Group); err != nil {
+		return err
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > 1000:
+		return fmt.Errorf("%w: %s: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultConcurrency)
+	case c.MaxReconsumeTimes < 1 || c.MaxReconsumeTimes > math.MaxInt32:
+		return fmt.Errorf("%w: %s: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxReconsumeTimes)
+	case c.RetryDelayLevel < 0:
+		return fmt.Errorf("%w: %s: RetryDelayLevel must not be negative (0 means the broker's schedule)", txmsg.ErrInvalidConfig, what)
+	case c.BufferMessages < 1 || c.BufferMessages > 6_553_500:
+		return fmt.Errorf("%w: %s: BufferMessages must be between 1 and 6553500 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultBufferMessages)
+	case c.BufferMiB < 1 || c.BufferMiB > 102_400:
+		return fmt.Errorf("%w: %s: BufferMiB must be between 1 and 102400 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultBufferMiB)
 	}
 	return nil
 }
@@ -135,7 +139,7 @@ func (c *ConsumerConfig) validate() error {
 //
 // For each delivery:
 //   - handled, duplicate or parked (undecodable body, stored in the
-//     inbox's parked table) → acknowledged;
+//     parked table) → acknowledged;
 //   - handler error or panic → rolled back and delivered again later (see
 //     ConsumerConfig.RetryDelayLevel), up to MaxReconsumeTimes times, then
 //     moved to the broker's %DLQ%<Group> topic;
@@ -163,60 +167,28 @@ func (c *ConsumerConfig) validate() error {
 //
 // Topics must exist before Start: create them with txmsgctl topic create.
 type Consumer struct {
+	consumerCore
 	cfg    ConsumerConfig
-	inbox  *txmsg.Inbox
 	routes []txmsg.Route
-	log    *slog.Logger
 	pc     rmq.PushConsumer
-	sem    chan struct{}
-	rc     *reconnector
-	// requeued counts the queues marked, at a broker's return, for
-	// re-creation by the next rebalance because their pull was in flight
-	// when the broker died.
-	requeued atomic.Int64
-
-	// handlerCtx parents every handler's context. It is the consumer's own
-	// lifetime, not a caller's context: Close cancels it when its caller
-	// stops waiting, so running transactions roll back.
-	handlerCtx    context.Context
-	cancelHandler context.CancelFunc
-	// closing is closed when Close begins; released after the client has
-	// shut down (see hold).
-	closing  chan struct{}
+	// released is closed after the client has shut down (see hold).
 	released chan struct{}
-
-	mu       sync.RWMutex
-	started  bool
-	closed   bool
-	startErr error
 	inflight sync.WaitGroup
 }
 
-// NewConsumer validates cfg and routes and builds a consumer of cfg.Group
-// that subscribes each route's topic and tag expression. Call Start to
-// begin consuming. Every route must be valid and have its own topic.
-func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) (*Consumer, error) {
-	if err := cfg.validate(); err != nil {
+// NewConsumer builds a consumer of cfg.Group that runs inbox for routes,
+// subscribing each route's topic and tag expression, after filling cfg's
+// defaults and validating it (see [ConsumerConfig.WithDefaults] and
+// [ConsumerConfig.Validate]). Call Start to begin consuming. Every route
+// must be valid and have its own topic.
+func NewConsumer(inbox *txmsg.Inbox, routes []txmsg.Route, cfg ConsumerConfig) (*Consumer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.noHooks("consumer", "set them on the Inbox (txmsg.InboxConfig.Hooks)"); err != nil {
+	c := &Consumer{cfg: cfg, routes: append([]txmsg.Route(nil), routes...), released: make(chan struct{})}
+	if err := c.init("consumer", cfg.Conn, cfg.Group, cfg.Concurrency, inbox, routes); err != nil {
 		return nil, err
-	}
-	if inbox == nil {
-		return nil, fmt.Errorf("%w: consumer: inbox is nil", txmsg.ErrInvalidConfig)
-	}
-	if len(routes) == 0 {
-		return nil, fmt.Errorf("%w: consumer: no routes; build them with txmsg.Handle", txmsg.ErrInvalidConfig)
-	}
-	seen := make(map[string]bool, len(routes))
-	for i, r := range routes {
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("consumer: route %d: %w", i, err)
-		}
-		if seen[r.Topic()] {
-			return nil, fmt.Errorf("%w: consumer: two routes for topic %q; a group has one handler per topic", txmsg.ErrInvalidConfig, r.Topic())
-		}
-		seen[r.Topic()] = true
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
@@ -224,17 +196,9 @@ func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) 
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new consumer: %w", err)
 	}
-	c := &Consumer{
-		cfg:      cfg,
-		inbox:    inbox,
-		routes:   append([]txmsg.Route(nil), routes...),
-		log:      cfg.Logger.With("component", "txmsg.consumer", "group", cfg.Group),
-		pc:       pc,
-		sem:      make(chan struct{}, cfg.Concurrency),
-		closing:  make(chan struct{}),
-		released: make(chan struct{}),
-	}
-	c.handlerCtx, c.cancelHandler = context.WithCancel(context.Background())
+	c.pc, c.client = pc, pc
+	c.settleWait, c.warnUnsettled = settleWait, true
+	c.requeue = expireStuckPulls
 	for _, r := range c.routes {
 		sel := consumer.MessageSelector{Type: consumer.TAG, Expression: r.Tags()}
 		if err := pc.Subscribe(r.Topic(), sel, c.callback(r)); err != nil {
@@ -244,14 +208,17 @@ func NewConsumer(cfg ConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) 
 	return c, nil
 }
 
+// settleWait bounds how long a Consumer's Start waits for the group's
+// retry topic (see consumerCore.settle).
+const settleWait = 5 * time.Second
+
 // consumerOptions maps the config to the client's options. Batches are one
 // message: RocketMQ's concurrent consume result covers a whole batch, and
 // each message needs its own.
 func consumerOptions(cfg *ConsumerConfig) []consumer.Option {
-	c := &cfg.Config
 	opts := []consumer.Option{
-		consumer.WithNsResolver(primitive.NewPassthroughResolver(c.NameServers)),
-		consumer.WithGroupName(c.Group),
+		consumer.WithNsResolver(primitive.NewPassthroughResolver(cfg.NameServers)),
+		consumer.WithGroupName(cfg.Group),
 		// The client shares one connection set, and one registration per
 		// group, among everything with the same instance name.
 		consumer.WithInstance(fmt.Sprintf("txmsg-consumer-%d-%s", os.Getpid(), txmsg.NewID())),
@@ -268,23 +235,7 @@ func consumerOptions(cfg *ConsumerConfig) []consumer.Option {
 		consumer.WithPullThresholdForQueue(int64(min(cfg.BufferMessages, 65535))),
 		consumer.WithPullThresholdSizeForQueue(min(cfg.BufferMiB, 1024)),
 	}
-	return append(opts, c.consumerAccess()...)
-}
-
-// consumerAccess maps the namespace, credentials and TLS settings to the
-// consumer client's options.
-func (c *Config) consumerAccess() []consumer.Option {
-	var opts []consumer.Option
-	if c.Namespace != "" {
-		opts = append(opts, consumer.WithNamespace(c.Namespace))
-	}
-	if c.AccessKey != "" {
-		opts = append(opts, consumer.WithCredentials(c.credentials()))
-	}
-	if c.TLS {
-		opts = append(opts, consumer.WithTls(true))
-	}
-	return opts
+	return append(opts, cfg.consumerAccess()...)
 }
 
 // Start connects, joins the group and begins consuming. It returns once
@@ -295,7 +246,7 @@ func (c *Config) consumerAccess() []consumer.Option {
 // dies before it has consumed anything.
 //
 // Start first asks the name servers for the topics' routes, each name
-// server within Config.NameServerTimeout. When none answers, Start fails
+// server within Conn.NameServerTimeout. When none answers, Start fails
 // with an error that wraps txmsg.ErrUnavailable and names each name
 // server and its error (connection refused, no answer), without starting
 // the client: Start may be called again. Start is bounded by ctx
@@ -307,207 +258,7 @@ func (c *Config) consumerAccess() []consumer.Option {
 // client: create the topic and call Start again. Start also fails when
 // the broker refuses a new group's start offset; a consumer whose Start
 // failed so cannot be started again; build a new one.
-func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return txmsg.ErrClosed
-	case c.startErr != nil:
-		return c.startErr
-	case c.started:
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rocketmq: start consumer: %w", err)
-	}
-	if err := askTopicRoutes(ctx, &c.cfg.Config, c.brokerTopics()); err != nil {
-		// The client has not started: Start may be called again.
-		return fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
-	}
-	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
-		c.startErr = fmt.Errorf("rocketmq: start consumer of group %q: %w", c.cfg.Group, err)
-		return c.startErr
-	}
-	c.started = true
-	c.rc = watchConsumerBrokers(c.pc, c.log, c.brokerTopics())
-	if c.rc != nil {
-		c.rc.stuck = expireStuckPulls(c.pc, c.log, &c.requeued)
-	}
-	c.rc.start()
-	return nil
-}
-
-// expireStuckPulls returns what a push consumer's reconnector calls when
-// brokers came back: the queues whose pull was sent to one of them before
-// it was seen gone are marked as expired (clientinternals.ExpirePulls), so
-// that the rebalance which follows re-creates them with a pull at once,
-// instead of after the 30 s the client waits for an answer a dead
-// connection never brings (and 3 s more).
-func expireStuckPulls(pc any, log *slog.Logger, count *atomic.Int64) func(map[string]time.Time) {
-	return requeueOnReturn(log, count, func(stuck map[string]time.Time) (int, error) {
-		if stuck == nil {
-			stuck = map[string]time.Time{"": {}} // reaches the client's fields without touching a queue
-		}
-		return clientinternals.ExpirePulls(pc, stuck)
-	})
-}
-
-// requeueOnReturn wraps requeue, which re-creates a consumer's queues of
-// the returned brokers whose pull predates their going (and, called with
-// nil, only checks that it can), into what the reconnector calls at a
-// broker's return; it counts the queues in count and logs them. It returns
-// nil, after a warning, when requeue cannot reach the client's internals:
-// such queues then pull again about 33 s after the broker died.
-func requeueOnReturn(log *slog.Logger, count *atomic.Int64, requeue func(map[string]time.Time) (int, error)) func(map[string]time.Time) {
-	if _, err := requeue(nil); err != nil {
-		log.Warn("cannot re-create queues whose pulls were lost with a broker; after a broker restart they pull again about 33 s after it died", "err", err)
-		return nil
-	}
-	return func(stuck map[string]time.Time) {
-		n, err := requeue(stuck)
-		if err != nil {
-			log.Warn("re-creating queues whose pulls were lost with a broker", "err", err)
-		}
-		if n > 0 {
-			count.Add(int64(n))
-			log.Info("broker back; re-creating the queues whose pull was lost with it", "brokers", brokerNames(stuck), "queues", n)
-		}
-	}
-}
-
-// brokerNames returns the keys of stuck, sorted.
-func brokerNames(stuck map[string]time.Time) []string {
-	names := make([]string, 0, len(stuck))
-	for name := range stuck {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// startWithin runs a consumer's start, whose client calls take no
-// context, and returns its error, or ctx's when ctx ends first; the client
-// is then shut down once start has returned. A start that fails shuts the
-// client down itself (the client does when a topic is missing).
-func startWithin(ctx context.Context, pc interface{ Shutdown() error }, log *slog.Logger, start func(context.Context) error) error {
-	done := make(chan error, 1)
-	go func() { done <- start(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		go func() {
-			if <-done == nil {
-				_ = shutdownConsumer(pc, log)
-			}
-		}()
-		return ctx.Err()
-	}
-}
-
-// watchConsumerBrokers watches the brokers of a consumer's topics (as the
-// broker knows them): a restarted broker serves a group's pulls only after
-// its heartbeat. It returns nil, after a warning, when the client's
-// internals are out of reach.
-func watchConsumerBrokers(pc any, log *slog.Logger, topics []string) *reconnector {
-	rp, err := clientinternals.NameServers(pc)
-	if err != nil {
-		log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
-		return nil
-	}
-	refresh, err := clientinternals.ConsumerRefresher(pc)
-	if err != nil {
-		log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
-		return nil
-	}
-	return newReconnector(log, topics, rp, refresh)
-}
-
-func (c *Consumer) start(ctx context.Context) error {
-	if err := c.pc.Start(); err != nil {
-		return explainRouteError(ctx, &c.cfg.Config, c.brokerTopics(), err)
-	}
-	c.settle()
-	return startPinned(ctx, c.pc, c.brokerGroup(), c.brokerTopics(), c.log)
-}
-
-// brokerTopics are the consumer's topics as the broker knows them.
-func (c *Consumer) brokerTopics() []string {
-	topics := make([]string, 0, len(c.routes))
-	for _, r := range c.routes {
-		topics = append(topics, c.cfg.brokerTopic(r.Topic()))
-	}
-	return topics
-}
-
-// startPinned records the start offsets of a consumer's new group (see
-// pinStartOffsets) and shuts the client down when that fails. Without the
-// client's internals it logs a warning and lets the client go on alone.
-func startPinned(ctx context.Context, pc interface{ Shutdown() error }, group string, topics []string, log *slog.Logger) error {
-	n, err := pinStartOffsets(ctx, pc, group, topics, log)
-	switch {
-	case errors.Is(err, errCannotPin):
-		log.Warn("cannot record the group's start offsets; if this brand-new group's consumers stop before the client has persisted an offset (10 to 25 s after start), events published until they start again may be skipped", "err", err)
-		return nil
-	case err != nil:
-		_ = shutdownConsumer(pc, log)
-		return fmt.Errorf("record the group's start offsets: %w", err)
-	}
-	if n > 0 {
-		log.Info("recorded the start offsets of queues the group had none for", "queues", n)
-	}
-	return nil
-}
-
-// settleWait bounds how long Start waits for the group's retry topic.
-const settleWait = 5 * time.Second
-
-// settle waits until the client knows the route of the group's retry topic,
-// then runs one rebalance to completion.
-//
-// Why: the client's Start fetches routes, sends its first heartbeat and
-// only then starts a rebalance in the background. So when Start returns,
-// queues may not be assigned yet, and a new group that looks up its start
-// offset while a message is being published can start just past it: the
-// message is never consumed. And the broker creates %RETRY%<Group> only
-// on that first heartbeat, after the routes were fetched; left alone, the
-// client learns its route up to 30 s later and rebalances up to 20 s after
-// that, and a new group's first redeliveries wait as long.
-//
-// The client has no public call for either, so settle reaches the client
-// behind the push consumer through package clientinternals. If the pinned
-// version's fields are not there, it does nothing and the client catches
-// up on its own schedule.
-func (c *Consumer) settle() {
-	cl := clientinternals.ConsumerClientOf(c.pc)
-	rs, ok := c.pc.(interface{ IsSubscribeTopicNeedUpdate(topic string) bool })
-	if cl == nil || !ok {
-		c.log.Debug("cannot reach the client's rebalance; queues are assigned in the background")
-		return
-	}
-	retry := "%RETRY%" + c.brokerGroup()
-	for deadline := time.Now().Add(settleWait); rs.IsSubscribeTopicNeedUpdate(retry); {
-		if time.Now().After(deadline) {
-			c.log.Warn("the group's retry topic has no route yet; redeliveries may wait for the client's next route refresh (up to 50 s)", "retry_topic", retry)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-		cl.UpdateTopicRouteInfo()
-	}
-	// Serialized with the client's own rebalances; when it returns, every
-	// subscribed queue this instance owns has a process queue and a start
-	// offset.
-	cl.RebalanceImmediately()
-}
-
-// brokerGroup is the group's name on the broker, with the namespace.
-func (c *Consumer) brokerGroup() string {
-	if c.cfg.Namespace != "" {
-		return c.cfg.Namespace + "%" + c.cfg.Group
-	}
-	return c.cfg.Group
-}
+func (c *Consumer) Start(ctx context.Context) error { return c.startConsumer(ctx) }
 
 // callback is the client's consume function for route r.
 func (c *Consumer) callback(r txmsg.Route) func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
@@ -596,7 +347,6 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 	} else if c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.Debug("message consumed", "txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "attempt", rec.Attempt, "state", outcome.String())
 	}
-	c.observe(rec, outcome, err)
 	return err == nil
 }
 
@@ -644,30 +394,6 @@ func (c *Consumer) holdThroughOutage(ctx context.Context, r txmsg.Route, rec *tx
 	return outcome, err
 }
 
-// run calls driver.Process and turns a panic outside the handler (in a codec,
-// say) into an error: a panic must not escape into the client, which would
-// leave the message unanswered until the next rebalance.
-func (c *Consumer) run(ctx context.Context, r txmsg.Route, rec *txmsg.Received) (outcome txmsg.Outcome, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return driver.Process(r, ctx, c.inbox, c.cfg.Group, rec)
-}
-
-func (c *Consumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error) {
-	if c.cfg.OnProcessed == nil {
-		return
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID, "stack", string(debug.Stack()))
-		}
-	}()
-	c.cfg.OnProcessed(rec, outcome, err)
-}
-
 // Close stops taking new messages, waits for running handlers to commit or
 // roll back, then leaves the group and shuts the client down, saving the
 // consumed offsets. Messages received but not handled are left
@@ -679,50 +405,12 @@ func (c *Consumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error
 // half-applied: a transaction that committed is acknowledged or, if its
 // acknowledgement is lost, recognised as a duplicate on redelivery.
 func (c *Consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	started := c.started
-	close(c.closing)
-	c.mu.Unlock()
-	defer close(c.released)
-	defer c.cancelHandler()
-	if !started {
-		return nil
-	}
-
-	c.rc.close()
-	c.pc.Suspend() // stop pulling; what is cached is not handled
-	done := make(chan struct{})
-	go func() { c.inflight.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		c.cancelHandler()
-		err = fmt.Errorf("rocketmq: consumer close: handlers still running: %w", ctx.Err())
-	}
-	if serr := shutdownConsumer(c.pc, c.log); serr != nil {
-		err = errors.Join(err, fmt.Errorf("rocketmq: consumer shutdown: %w", serr))
-	}
-	return err
+	return c.closeConsumer(ctx, c.pc.Suspend, c.inflight.Wait, func() { close(c.released) })
 }
 
-// shutdownConsumer shuts down a started push or pull consumer of the
-// client. First it stops the consumer's pulls and makes it give up its
-// queues, saving their consumed offsets (clientinternals.ReleaseQueues):
-// the client's Shutdown closes each held queue's message channel, and a
-// pull that was in flight, a broker long poll of up to 20 s, may still
-// send on it when it returns, a data race and at worst a "send on closed
-// channel" panic that ends the process. A released queue is not closed,
-// and a pull that comes back on it stores nothing. If the pinned client's
-// internals are not there, it shuts down as the client alone would.
-func shutdownConsumer(pc interface{ Shutdown() error }, log *slog.Logger) error {
-	if _, err := clientinternals.ReleaseQueues(pc); err != nil {
-		log.Warn("could not release the consumer's queues before shutdown", "err", err)
-	}
-	return pc.Shutdown()
-}
+// Health reports whether the consumer can do its work now: it is started
+// and not closed, the inbox's database answers ([txmsg.Inbox.Ping]), and
+// the name servers route every subscribed topic to a broker that accepts
+// connections. It returns nil when healthy; the error names the failing
+// part. Bounded by ctx; meant for readiness probes.
+func (c *Consumer) Health(ctx context.Context) error { return c.health(ctx) }

@@ -22,15 +22,21 @@
 // the producing components of either mode as one value; use this package
 // directly for the consumer, or for wiring of your own.
 //
-// Every component embeds [Config]: the name servers, the group, ACL
-// credentials and the namespace. Components are built with their New…
-// function, which validates the config and connects nothing, then started
-// with Start and stopped with Close, which is idempotent.
+// Every component's config embeds [Conn]: the name servers, ACL
+// credentials, the namespace, TLS and the logger. Beside it each has its
+// Group and its own settings; the producer-side configs carry the send
+// settings and Hooks, while a consumer's events go to its inbox's hooks.
+// Every config has WithDefaults, which fills its zero fields, and
+// Validate, which checks a defaulted config and names the field at fault.
+// Components are built with their New… function, which takes its
+// dependencies first and its config last, fills the defaults, validates
+// and connects nothing; they are started with Start and stopped with
+// Close, which is idempotent.
 // [Transactional.Health] and [Consumer.Health] report whether a started
 // component can do its work now, for readiness probes.
 //
 // Start asks the name servers first, each within
-// Config.NameServerTimeout (3 s by default) and the caller's context. When
+// Conn.NameServerTimeout (3 s by default) and the caller's context. When
 // none answers, the error wraps txmsg.ErrUnavailable and names each one
 // with its error: consumers and the sweeper fail, producers start and log
 // it. A topic the name servers have no route for is
@@ -48,6 +54,6 @@
 // # Process-wide state
 //
 // rocketmq-client-go logs through one process-wide logger; the first
-// component built routes it to its Config.Logger (see package rmqlog).
-// Config.TLS is process-wide in the client as well.
+// component built routes it to its Conn.Logger (see package rmqlog).
+// Conn.TLS is process-wide in the client as well.
 package txrmq

@@ -61,10 +61,10 @@ func ExampleNewTransactional() {
 	if err := db.AutoMigrate(&exampleOrder{}); err != nil {
 		panic(err)
 	}
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group},
+	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group,
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -120,21 +120,21 @@ func ExampleNewSweeper() {
 	if err := chk.Migrate(ctx); err != nil {
 		panic(err)
 	}
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: nameServers, Group: producerGroup},
+	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: nameServers}, Group: producerGroup,
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	if err != nil {
 		panic(err)
 	}
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{NameServers: nameServers, Group: sweeperGroup}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: nameServers}, Group: sweeperGroup})
 	if err != nil {
 		panic(err)
 	}
-	sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{
-		Config:         txrmq.Config{NameServers: nameServers, Group: sweeperGroup},
+	sw, err := txrmq.NewSweeper(chk, pub, txrmq.SweeperConfig{
+		Conn: txrmq.Conn{NameServers: nameServers}, Group: sweeperGroup,
 		ProducerGroups: []string{producerGroup}, // the groups whose transactions chk's database records
-	}, chk, pub)
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -153,6 +153,13 @@ func ExampleNewSweeper() {
 	// <nil> <nil> <nil>
 }
 
+// outcomeHook sends what the inbox decided about each message to a channel.
+type outcomeHook chan txmsg.Outcome
+
+func (h outcomeHook) OnConsumed(_ context.Context, _ string, _ *txmsg.Received, o txmsg.Outcome, _ error, _ time.Duration) {
+	h <- o
+}
+
 // A consumer runs each event's handler in a transaction that records the
 // event in the inbox, and acknowledges it once that has committed: the
 // same event delivered again, here published twice, is dropped.
@@ -161,22 +168,21 @@ func ExampleNewConsumer() {
 	db, _ := testbed.ExampleDB("consumer")
 	topic := testbed.ExampleTopic("orders")
 
-	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
+	outcomes := make(chan txmsg.Outcome, 8)
+	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{Hooks: txmsg.Hooks{outcomeHook(outcomes)}})
 	if err != nil {
 		panic(err)
 	}
 	if err := inbox.Migrate(ctx); err != nil { // or apply txmsg/inbox.sql
 		panic(err)
 	}
-	outcomes := make(chan txmsg.Outcome, 8)
-	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config:      txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.ExampleName("inventory")},
-		OnProcessed: func(_ *txmsg.Received, o txmsg.Outcome, err error) { outcomes <- o },
-	}, inbox, txmsg.Handle(txmsg.Topic[orderCreated]{Name: topic},
+	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[orderCreated]{Name: topic},
 		func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[orderCreated]) error {
 			fmt.Printf("handling order %d, delivery %d\n", d.Event.OrderID, d.Attempt)
 			return nil // writes through tx commit with the inbox row
-		}))
+		})}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.ExampleName("inventory"),
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -185,9 +191,7 @@ func ExampleNewConsumer() {
 	}
 	defer c.Close(ctx)
 
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.ExampleName("publisher"),
-	}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.ExampleName("publisher")})
 	if err != nil {
 		panic(err)
 	}

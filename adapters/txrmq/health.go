@@ -72,7 +72,7 @@ func pingDB(ctx context.Context, db *gorm.DB) error {
 }
 
 // brokerTopic is topic's name on the broker, with the namespace.
-func (c *Config) brokerTopic(topic string) string {
+func (c *Conn) brokerTopic(topic string) string {
 	if c.Namespace != "" {
 		return c.Namespace + "%" + topic
 	}
@@ -109,48 +109,11 @@ func (t *Transactional) Health(ctx context.Context) error {
 	for i, topic := range t.cfg.Topics {
 		topics[i] = t.cfg.brokerTopic(topic)
 	}
-	if err := askTopicRoutes(ctx, &t.cfg.Config, topics); err != nil {
+	if err := askTopicRoutes(ctx, &t.cfg.Conn, topics); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
 	}
 	if err := probeRoutes(ctx, rp, topics); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
-	}
-	return nil
-}
-
-// Health reports whether the consumer can do its work now: it is started
-// and not closed, the inbox's database answers ([txmsg.Inbox.Ping]), and
-// the name servers route every subscribed topic to a broker that accepts
-// connections. It returns nil when healthy; the error names the failing
-// part. Bounded by ctx; meant for readiness probes.
-func (c *Consumer) Health(ctx context.Context) error {
-	c.mu.RLock()
-	started, closed, startErr := c.started, c.closed, c.startErr
-	c.mu.RUnlock()
-	switch {
-	case closed:
-		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, txmsg.ErrClosed)
-	case startErr != nil:
-		return startErr
-	case !started:
-		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, txmsg.ErrNotStarted)
-	}
-	if err := c.inbox.Ping(ctx); err != nil {
-		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
-	}
-	rp, err := clientinternals.NameServers(c.pc)
-	if err != nil {
-		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
-	}
-	topics := make([]string, len(c.routes))
-	for i, r := range c.routes {
-		topics[i] = c.cfg.brokerTopic(r.Topic())
-	}
-	if err := askTopicRoutes(ctx, &c.cfg.Config, topics); err != nil {
-		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
-	}
-	if err := probeRoutes(ctx, rp, topics); err != nil {
-		return fmt.Errorf("rocketmq: consumer of group %q: %w", c.cfg.Group, err)
 	}
 	return nil
 }

@@ -27,13 +27,13 @@ func TestTransactionalHealth(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	cfg := func(topics ...string) txrmq.TransactionalConfig {
 		return txrmq.TransactionalConfig{
-			Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pg"), Logger: log},
+			Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "pg"),
 			Topics: topics,
 		}
 	}
 
 	topic := testbed.Topic(t)
-	tr, err := txrmq.NewTransactional(cfg(topic), db, chk)
+	tr, err := txrmq.NewTransactional(db, chk, cfg(topic))
 	require.NoError(t, err)
 	require.ErrorIs(t, tr.Health(ctx), txmsg.ErrNotStarted)
 	_, err = tr.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte("{}")}, func(context.Context, *gorm.DB) error { return nil })
@@ -44,7 +44,7 @@ func TestTransactionalHealth(t *testing.T) {
 	require.ErrorIs(t, tr.Health(ctx), txmsg.ErrClosed)
 
 	missing := testbed.Name(t, "never_created")
-	tr, err = txrmq.NewTransactional(cfg(missing), db, chk)
+	tr, err = txrmq.NewTransactional(db, chk, cfg(missing))
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(ctx))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
@@ -59,7 +59,7 @@ func TestPublishBeforeStart(t *testing.T) {
 	t.Parallel()
 	testbed.RequireBroker(t)
 	p, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub"), Logger: slog.New(slog.DiscardHandler)},
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: slog.New(slog.DiscardHandler)}, Group: testbed.Name(t, "pub"),
 	})
 	require.NoError(t, err)
 	err = p.Publish(context.Background(), &txmsg.Message{Topic: "any_topic", Body: []byte("{}")})
@@ -79,9 +79,9 @@ func TestConsumerHealth(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	type event struct{}
-	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg"), Logger: slog.New(slog.DiscardHandler)},
-	}, inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil }))
+	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil })}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: slog.New(slog.DiscardHandler)}, Group: testbed.Name(t, "cg"),
+	})
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Health(ctx), txmsg.ErrNotStarted)
 	require.NoError(t, c.Start(ctx))

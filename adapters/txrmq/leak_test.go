@@ -85,7 +85,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 		handled.Add(1)
 		return nil
 	})
-	cons, err := NewConsumer(ConsumerConfig{Config: Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "cg")}}, inbox, route)
+	cons, err := NewConsumer(inbox, []txmsg.Route{route}, ConsumerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg")})
 	require.NoError(t, err)
 	require.NoError(t, cons.Start(ctx))
 
@@ -94,7 +94,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	require.NoError(t, err)
 
 	pub, err := NewPublisher(PublisherConfig{
-		Config:  Config{NameServers: []string{testbed.NameServer()}, Group: e.group},
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: e.group,
 		Topics:  []string{e.topic},
 		Checker: e.chk,
 	})
@@ -102,10 +102,10 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	require.NoError(t, pub.Start(ctx))
 	require.NoError(t, pub.Publish(ctx, &txmsg.Message{Topic: e.topic, Body: []byte(`{}`)}))
 
-	sw, err := NewSweeper(SweeperConfig{
-		Config:         Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep")},
+	sw, err := NewSweeper(e.chk, pub, SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups: []string{e.group},
-	}, e.chk, pub)
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(ctx))
 

@@ -59,4 +59,4 @@ func installLogBridge(l *slog.Logger, min slog.Leveler) {
 
 // redactCredentials makes the client log bridge mask c's credentials, in
 // whatever it logs from now on.
-func (c *Config) redactCredentials() { rmqlog.Redact(c.AccessKey, c.SecretKey, c.SecurityToken) }
+func (c *Conn) redactCredentials() { rmqlog.Redact(c.AccessKey, c.SecretKey, c.SecurityToken) }

@@ -24,7 +24,7 @@ func TestClientLogSettingConflictIsWarnedOnce(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	cfg := PublisherConfig{Config: Config{NameServers: []string{"127.0.0.1:9876"}, Group: "log_conflict", Logger: log, ClientLogLevel: slog.LevelInfo}}
+	cfg := PublisherConfig{Conn: Conn{NameServers: []string{"127.0.0.1:9876"}, Logger: log, ClientLogLevel: slog.LevelInfo}, Group: "log_conflict"}
 	for range 3 {
 		p, err := NewPublisher(cfg)
 		require.NoError(t, err)

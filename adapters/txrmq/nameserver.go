@@ -32,7 +32,7 @@ type nameServerAnswer struct {
 // The client's own route query takes no context, waits 6 s per name
 // server and topic, and reports a name server that does not answer as a
 // topic that does not exist; Start asks here first.
-func (c *Config) askNameServers(ctx context.Context, topics []string) (*nameServerAnswer, error) {
+func (c *Conn) askNameServers(ctx context.Context, topics []string) (*nameServerAnswer, error) {
 	e := &nameServersError{errs: []error{txmsg.ErrUnavailable}}
 	for _, ns := range c.NameServers {
 		addr := nameServerAddr(ns)
@@ -65,7 +65,7 @@ func (e *nameServersError) Error() string {
 func (e *nameServersError) Unwrap() []error { return e.errs }
 
 // askNameServer is askNameServers for the name server at addr.
-func (c *Config) askNameServer(ctx context.Context, addr string, topics []string) (*nameServerAnswer, error) {
+func (c *Conn) askNameServer(ctx context.Context, addr string, topics []string) (*nameServerAnswer, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, c.NameServerTimeout,
 		fmt.Errorf("NameServerTimeout (%s) passed", c.NameServerTimeout))
 	defer cancel()
@@ -108,7 +108,7 @@ func missingTopicsError(addr string, topics []string) error {
 // askTopicRoutes asks the name servers about topics (a consumer's at
 // Start, a component's in Health): an error when none answers, or when a
 // topic has no route.
-func askTopicRoutes(ctx context.Context, c *Config, topics []string) error {
+func askTopicRoutes(ctx context.Context, c *Conn, topics []string) error {
 	a, err := c.askNameServers(ctx, topics)
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ func askTopicRoutes(ctx context.Context, c *Config, topics []string) error {
 // of a consumer's start, which it gives both for a topic that does not
 // exist and for name servers that do not answer, with what the name
 // servers say now. Other errors are returned as they are.
-func explainRouteError(ctx context.Context, c *Config, topics []string, err error) error {
+func explainRouteError(ctx context.Context, c *Conn, topics []string, err error) error {
 	if err == nil || !strings.Contains(err.Error(), "route info not found") {
 		return err
 	}
@@ -138,7 +138,7 @@ func explainRouteError(ctx context.Context, c *Config, topics []string, err erro
 // txmsg.ErrUnavailable until a name server answers. So when none answers
 // it logs a warning and reports answered false; it returns an error only
 // when ctx ended. Topics without a route are logged as a warning too.
-func askProducerNameServers(ctx context.Context, c *Config, topics []string, log *slog.Logger) (answered bool, err error) {
+func askProducerNameServers(ctx context.Context, c *Conn, topics []string, log *slog.Logger) (answered bool, err error) {
 	brokerTopics := make([]string, len(topics))
 	for i, t := range topics {
 		brokerTopics[i] = c.brokerTopic(t)

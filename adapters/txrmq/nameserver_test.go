@@ -73,9 +73,7 @@ type component interface {
 func components(t *testing.T, db *gorm.DB, ns, topic string, log *slog.Logger) map[string]component {
 	t.Helper()
 	ctx := context.Background()
-	cfg := func(prefix string) txrmq.Config {
-		return txrmq.Config{NameServers: []string{ns}, Group: testbed.Name(t, prefix), Logger: log}
-	}
+	conn := txrmq.Conn{NameServers: []string{ns}, Logger: log}
 	chk, err := checker.New(db, checker.Config{})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
@@ -85,19 +83,19 @@ func components(t *testing.T, db *gorm.DB, ns, topic string, log *slog.Logger) m
 	route := txmsg.Handle(txmsg.Topic[map[string]any]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[map[string]any]) error { return nil })
 
 	out := map[string]component{}
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{Config: cfg("tx"), Topics: []string{topic}}, db, chk)
+	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{Conn: conn, Group: testbed.Name(t, "tx"), Topics: []string{topic}})
 	require.NoError(t, err)
 	out["transactional"] = tr
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: cfg("pub"), Topics: []string{topic}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: conn, Group: testbed.Name(t, "pub"), Topics: []string{topic}})
 	require.NoError(t, err)
 	out["publisher"] = pub
-	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: cfg("cg")}, inbox, route)
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{Conn: conn, Group: testbed.Name(t, "cg")})
 	require.NoError(t, err)
 	out["consumer"] = cons
-	oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: cfg("og")}, inbox, route)
+	oc, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route}, txrmq.OrderedConsumerConfig{Conn: conn, Group: testbed.Name(t, "og")})
 	require.NoError(t, err)
 	out["ordered consumer"] = oc
-	sw, err := txrmq.NewSweeper(txrmq.SweeperConfig{Config: cfg("sw"), ProducerGroups: []string{"txp"}}, chk, pub)
+	sw, err := txrmq.NewSweeper(chk, pub, txrmq.SweeperConfig{Conn: conn, Group: testbed.Name(t, "sw"), ProducerGroups: []string{"txp"}})
 	require.NoError(t, err)
 	out["sweeper"] = sw
 	for _, c := range out {

@@ -2,13 +2,10 @@ package txrmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
-	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,13 +43,17 @@ const (
 	orderedDropCheck = 100 * time.Millisecond
 )
 
-// OrderedConsumerConfig configures an [OrderedConsumer]. Config.Group is
-// the consumer group, as for [ConsumerConfig]; a group must be consumed
-// either by ordered consumers or by concurrent ones, not both. A new group
-// starts where [ConsumerConfig] says, and Start records that start on the
-// broker the same way.
+// OrderedConsumerConfig configures an [OrderedConsumer]. Group is the
+// consumer group, as for [ConsumerConfig]; a group must be consumed either
+// by ordered consumers or by concurrent ones, not both. A new group starts
+// where [ConsumerConfig] says, and Start records that start on the broker
+// the same way. The consumer's events go to its inbox's hooks
+// (txmsg.InboxConfig.Hooks); a message given up after MaxReconsumeTimes
+// is reported to HookConsumed as OutcomeParked.
 type OrderedConsumerConfig struct {
-	Config
+	Conn
+	// Group is the consumer group. Required.
+	Group string
 	// Concurrency is the most handlers running at once across all queues,
 	// from 1 to 1000. A queue never runs more than one. Default
 	// DefaultConcurrency (16).
@@ -68,31 +69,17 @@ type OrderedConsumerConfig struct {
 	// MinBackoff and MaxBackoff bound how long a queue waits before it
 	// retries a failed message: MinBackoff after the first failure,
 	// doubling up to MaxBackoff. Defaults DefaultOrderedMinBackoff (1 s)
-	// and DefaultOrderedMaxBackoff (30 s); with 16 retries a message is
-	// parked about 6 minutes after its first failure.
+	// and DefaultOrderedMaxBackoff (30 s), or MinBackoff when that is
+	// longer; with 16 retries a message is parked about 6 minutes after
+	// its first failure.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
-	// OnProcessed, when set, is called after every attempt: outcome is
-	// what the inbox did when err is nil (OutcomeParked also for a message
-	// given up after MaxReconsumeTimes); a non-nil err means the same
-	// message is retried after a backoff. Attempts interrupted because the
-	// consumer is closing are not reported. It runs on the queue's
-	// goroutine; keep it fast. Meant for metrics and tests.
-	OnProcessed func(r *txmsg.Received, outcome txmsg.Outcome, err error)
 }
 
-func (c *OrderedConsumerConfig) validate() error {
-	if err := c.Config.validate("ordered consumer"); err != nil {
-		return err
-	}
-	switch {
-	case c.Concurrency < 0 || c.Concurrency > 1000:
-		return fmt.Errorf("%w: ordered consumer: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, DefaultConcurrency)
-	case c.MaxReconsumeTimes < 0 || c.MaxReconsumeTimes > math.MaxInt32:
-		return fmt.Errorf("%w: ordered consumer: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, DefaultMaxReconsumeTimes)
-	case c.MinBackoff < 0 || c.MaxBackoff < 0:
-		return fmt.Errorf("%w: ordered consumer: MinBackoff and MaxBackoff must not be negative", txmsg.ErrInvalidConfig)
-	}
+// WithDefaults returns c with its zero fields set to their defaults. It
+// checks nothing.
+func (c OrderedConsumerConfig) WithDefaults() OrderedConsumerConfig {
+	c.Conn = c.Conn.WithDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -105,8 +92,30 @@ func (c *OrderedConsumerConfig) validate() error {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = max(DefaultOrderedMaxBackoff, c.MinBackoff)
 	}
-	if c.MaxBackoff < c.MinBackoff {
-		return fmt.Errorf("%w: ordered consumer: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
+	return c
+}
+
+// Validate checks c, which WithDefaults has filled in. The error wraps
+// [txmsg.ErrInvalidConfig] and names the field.
+func (c OrderedConsumerConfig) Validate() error {
+	const what = "ordered consumer"
+	if err := c.Conn.validate(what); err != nil {
+		return err
+	}
+	if err := validateGroup(what, c.Group); err != nil {
+		return err
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > 1000:
+		return fmt.Errorf("%w: %s: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultConcurrency)
+	case c.MaxReconsumeTimes < 1 || c.MaxReconsumeTimes > math.MaxInt32:
+		return fmt.Errorf("%w: %s: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxReconsumeTimes)
+	case c.MinBackoff <= 0:
+		return fmt.Errorf("%w: %s: MinBackoff must be positive (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultOrderedMinBackoff)
+	case c.MaxBackoff <= 0:
+		return fmt.Errorf("%w: %s: MaxBackoff must be positive (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultOrderedMaxBackoff)
+	case c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("%w: %s: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, what, c.MaxBackoff, c.MinBackoff)
 	}
 	return nil
 }
@@ -125,7 +134,7 @@ func (c *OrderedConsumerConfig) validate() error {
 //     is sent to the group's %RETRY% topic, so no later message of the
 //     queue overtakes it;
 //   - still failing after MaxReconsumeTimes retries → parked in the
-//     inbox's parked table (driver.ParkFailed), logged at error level,
+//     parked table (driver.ParkFailed), logged at error level,
 //     and the queue goes on;
 //   - any failure while the inbox's database does not answer a probe →
 //     rolled back, not counted: the queue waits (0.5 s, doubling to 5 s)
@@ -155,61 +164,37 @@ func (c *OrderedConsumerConfig) validate() error {
 // up and takes again at once its queues of that broker whose pull was in
 // flight when it died, as if they had moved away and back.
 type OrderedConsumer struct {
+	consumerCore
 	cfg    OrderedConsumerConfig
-	inbox  *txmsg.Inbox
 	routes map[string]txmsg.Route
-	topics []string
-	log    *slog.Logger
 	pc     rmq.PullConsumer
-	sem    chan struct{}
-	rc     *reconnector
-	// requeued counts the queues given up, at a broker's return, for
-	// re-creation by the next rebalance because their pull was in flight
-	// when the broker died.
-	requeued atomic.Int64
 
-	handlerCtx    context.Context
-	cancelHandler context.CancelFunc
-	closing       chan struct{}
-	loops         sync.WaitGroup // dispatcher and persister
-	queues        sync.WaitGroup // queue workers
-	acked         chan struct{}  // signals the persister; capacity 1
-
-	mu       sync.Mutex
-	started  bool
-	closed   bool
-	startErr error
+	loops  sync.WaitGroup // dispatcher and persister
+	queues sync.WaitGroup // queue workers
+	acked  chan struct{}  // signals the persister; capacity 1
 }
 
-// NewOrderedConsumer validates cfg and routes and builds an ordered
-// consumer of cfg.Group that subscribes each route's topic and tag
-// expression. Call Start to begin consuming. Every route must be valid
-// and have its own topic.
-func NewOrderedConsumer(cfg OrderedConsumerConfig, inbox *txmsg.Inbox, routes ...txmsg.Route) (*OrderedConsumer, error) {
-	if err := cfg.validate(); err != nil {
+// NewOrderedConsumer builds an ordered consumer of cfg.Group that runs
+// inbox for routes, subscribing each route's topic and tag expression,
+// after filling cfg's defaults and validating it (see
+// [OrderedConsumerConfig.WithDefaults] and
+// [OrderedConsumerConfig.Validate]). Call Start to begin consuming. Every
+// route must be valid and have its own topic.
+func NewOrderedConsumer(inbox *txmsg.Inbox, routes []txmsg.Route, cfg OrderedConsumerConfig) (*OrderedConsumer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if inbox == nil {
-		return nil, fmt.Errorf("%w: ordered consumer: inbox is nil", txmsg.ErrInvalidConfig)
+	c := &OrderedConsumer{cfg: cfg, routes: make(map[string]txmsg.Route, len(routes)), acked: make(chan struct{}, 1)}
+	if err := c.init("ordered consumer", cfg.Conn, cfg.Group, cfg.Concurrency, inbox, routes); err != nil {
+		return nil, err
 	}
-	if len(routes) == 0 {
-		return nil, fmt.Errorf("%w: ordered consumer: no routes; build them with txmsg.Handle", txmsg.ErrInvalidConfig)
-	}
-	byTopic := make(map[string]txmsg.Route, len(routes))
-	var topics []string
-	for i, r := range routes {
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("ordered consumer: route %d: %w", i, err)
-		}
-		if _, dup := byTopic[r.Topic()]; dup {
-			return nil, fmt.Errorf("%w: ordered consumer: two routes for topic %q; a group has one handler per topic", txmsg.ErrInvalidConfig, r.Topic())
-		}
-		byTopic[r.Topic()] = r
-		topics = append(topics, r.Topic())
+	for _, r := range routes {
+		c.routes[r.Topic()] = r
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
-	pc, err := rmq.NewPullConsumer(orderedOptions(&cfg.Config)...)
+	pc, err := rmq.NewPullConsumer(orderedOptions(&cfg)...)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new ordered consumer: %w", err)
 	}
@@ -219,22 +204,21 @@ func NewOrderedConsumer(cfg OrderedConsumerConfig, inbox *txmsg.Inbox, routes ..
 			return nil, fmt.Errorf("rocketmq: ordered consumer: subscribe %s: %w", r.Topic(), err)
 		}
 	}
-	c := &OrderedConsumer{
-		cfg:     cfg,
-		inbox:   inbox,
-		routes:  byTopic,
-		topics:  topics,
-		log:     cfg.Logger.With("component", "txmsg.ordered_consumer", "group", cfg.Group),
-		pc:      pc,
-		sem:     make(chan struct{}, cfg.Concurrency),
-		closing: make(chan struct{}),
-		acked:   make(chan struct{}, 1),
+	c.pc, c.client = pc, pc
+	// The group's retry topic is waited for only briefly: an ordered
+	// consumer sends nothing there.
+	c.settleWait = 2 * time.Second
+	c.checkEachTopic = true // the client checks only the last subscribed topic
+	c.onStarted = func() {
+		c.loops.Add(2)
+		go c.dispatch()
+		go c.persist()
 	}
-	c.handlerCtx, c.cancelHandler = context.WithCancel(context.Background())
+	c.requeue = requeueStuckPulls
 	return c, nil
 }
 
-func orderedOptions(c *Config) []consumer.Option {
+func orderedOptions(c *OrderedConsumerConfig) []consumer.Option {
 	opts := []consumer.Option{
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(c.NameServers)),
 		consumer.WithGroupName(c.Group),
@@ -255,39 +239,7 @@ func orderedOptions(c *Config) []consumer.Option {
 // on them, Start fails as [Consumer.Start] does and may be called again.
 // Start also fails when the broker refuses a new group's start offset; a
 // consumer whose Start failed so cannot be started again.
-func (c *OrderedConsumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return txmsg.ErrClosed
-	case c.startErr != nil:
-		return c.startErr
-	case c.started:
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rocketmq: start ordered consumer: %w", err)
-	}
-	if err := askTopicRoutes(ctx, &c.cfg.Config, c.brokerTopics()); err != nil {
-		// The client has not started: Start may be called again.
-		return fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
-	}
-	if err := startWithin(ctx, c.pc, c.log, c.start); err != nil {
-		c.startErr = fmt.Errorf("rocketmq: start ordered consumer of group %q: %w", c.cfg.Group, err)
-		return c.startErr
-	}
-	c.started = true
-	c.loops.Add(2)
-	go c.dispatch()
-	go c.persist()
-	c.rc = watchConsumerBrokers(c.pc, c.log, c.brokerTopics())
-	if c.rc != nil {
-		c.rc.stuck = requeueStuckPulls(c.pc, c.log, &c.requeued)
-	}
-	c.rc.start()
-	return nil
-}
+func (c *OrderedConsumer) Start(ctx context.Context) error { return c.startConsumer(ctx) }
 
 // requeueStuckPulls is [expireStuckPulls] for the pull consumer under an
 // OrderedConsumer, whose rebalance does not re-create expired queues: the
@@ -300,65 +252,6 @@ func requeueStuckPulls(pc any, log *slog.Logger, count *atomic.Int64) func(map[s
 	return requeueOnReturn(log, count, func(stuck map[string]time.Time) (int, error) {
 		return clientinternals.RequeueStuck(pc, stuck)
 	})
-}
-
-// brokerTopics are the consumer's topics as the broker knows them.
-func (c *OrderedConsumer) brokerTopics() []string {
-	topics := make([]string, 0, len(c.topics))
-	for _, t := range c.topics {
-		topics = append(topics, c.cfg.brokerTopic(t))
-	}
-	return topics
-}
-
-func (c *OrderedConsumer) start(ctx context.Context) error {
-	if err := c.pc.Start(); err != nil {
-		return explainRouteError(ctx, &c.cfg.Config, c.brokerTopics(), err)
-	}
-	// The client checks only the last subscribed topic.
-	rs, ok := c.pc.(interface{ IsSubscribeTopicNeedUpdate(topic string) bool })
-	if ok {
-		var missing []string
-		for _, t := range c.topics {
-			if rs.IsSubscribeTopicNeedUpdate(c.cfg.brokerTopic(t)) {
-				missing = append(missing, c.cfg.brokerTopic(t))
-			}
-		}
-		if len(missing) > 0 {
-			_ = shutdownConsumer(c.pc, c.log)
-			if err := askTopicRoutes(ctx, &c.cfg.Config, missing); err != nil {
-				return err
-			}
-			return missingTopicsError(strings.Join(c.cfg.NameServers, ","), missing)
-		}
-	}
-	c.settle(rs)
-	return startPinned(ctx, c.pc, c.brokerGroup(), c.brokerTopics(), c.log)
-}
-
-// settle runs one rebalance to completion, so that the queues this
-// instance owns have their start offsets when Start returns (see
-// Consumer.settle). The group's retry topic is waited for only briefly:
-// an ordered consumer sends nothing there.
-func (c *OrderedConsumer) settle(rs interface{ IsSubscribeTopicNeedUpdate(topic string) bool }) {
-	cl := clientinternals.ConsumerClientOf(c.pc)
-	if cl == nil || rs == nil {
-		c.log.Debug("cannot reach the client's rebalance; queues are assigned in the background")
-		return
-	}
-	retry := "%RETRY%" + c.brokerGroup()
-	for deadline := time.Now().Add(2 * time.Second); rs.IsSubscribeTopicNeedUpdate(retry) && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		cl.UpdateTopicRouteInfo()
-	}
-	cl.RebalanceImmediately()
-}
-
-func (c *OrderedConsumer) brokerGroup() string {
-	if c.cfg.Namespace != "" {
-		return c.cfg.Namespace + "%" + c.cfg.Group
-	}
-	return c.cfg.Group
 }
 
 // processQueue is the part of the client's per-queue state the consumer
@@ -441,15 +334,6 @@ func (c *OrderedConsumer) work(w *queueWorker) {
 	}
 }
 
-func (c *OrderedConsumer) isClosing() bool {
-	select {
-	case <-c.closing:
-		return true
-	default:
-		return false
-	}
-}
-
 // handle runs one message until it is handled, a duplicate or parked, and
 // reports true; it reports false when it stopped because the queue was
 // taken away or the consumer is closing.
@@ -476,7 +360,6 @@ func (c *OrderedConsumer) handle(pq processQueue, ext *primitive.MessageExt) boo
 			}
 			return false
 		}
-		c.observe(rec, outcome, err)
 		if err == nil {
 			if outcome == txmsg.OutcomeParked {
 				c.log.Warn("message body cannot be decoded; parked in the inbox's parked table",
@@ -522,18 +405,7 @@ func (c *OrderedConsumer) attempt(r txmsg.Route, rec *txmsg.Received) (txmsg.Out
 	defer func() { <-c.sem }()
 	ctx, cancel := context.WithCancel(c.handlerCtx)
 	defer cancel()
-	return runRoute(ctx, r, c.inbox, c.cfg.Group, rec)
-}
-
-// runRoute calls driver.Process and turns a panic outside the handler (in a
-// codec, say) into an error.
-func runRoute(ctx context.Context, r txmsg.Route, in *txmsg.Inbox, group string, rec *txmsg.Received) (outcome txmsg.Outcome, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return driver.Process(r, ctx, in, group, rec)
+	return c.run(ctx, r, rec)
 }
 
 // park gives up on rec after cause and parks it, retrying the park itself
@@ -545,7 +417,6 @@ func (c *OrderedConsumer) park(pq processQueue, rec *txmsg.Received, cause error
 			c.log.Error("handler failed on its last attempt; message parked in the inbox's parked table and its queue goes on",
 				withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
 					"attempt", rec.Attempt}, cause)...)
-			c.observe(rec, txmsg.OutcomeParked, nil)
 			return true
 		}
 		c.log.Error("cannot park a message; its queue waits", "txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "err", err)
@@ -583,18 +454,6 @@ func (c *OrderedConsumer) sleep(pq processQueue, d time.Duration) bool {
 	return !pq.IsDroppd()
 }
 
-func (c *OrderedConsumer) observe(rec *txmsg.Received, outcome txmsg.Outcome, err error) {
-	if c.cfg.OnProcessed == nil {
-		return
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			c.log.Error("OnProcessed panicked", "panic", v, "txmsg_id", rec.Message.ID, "stack", string(debug.Stack()))
-		}
-	}()
-	c.cfg.OnProcessed(rec, outcome, err)
-}
-
 // persist writes acknowledged offsets to the broker at most every
 // orderedPersistEvery, so that a queue's next owner (after a crash, say)
 // starts close to where this one stopped.
@@ -624,69 +483,12 @@ func (c *OrderedConsumer) persist() {
 // are cancelled so their transactions roll back, and Close returns ctx's
 // error after shutting down.
 func (c *OrderedConsumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	started := c.started
-	close(c.closing)
-	c.mu.Unlock()
-	defer c.cancelHandler()
-	if !started {
-		return nil
-	}
-	c.rc.close()
-	done := make(chan struct{})
-	go func() {
+	return c.closeConsumer(ctx, nil, func() {
 		c.loops.Wait()
 		c.queues.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		c.cancelHandler()
-		err = fmt.Errorf("rocketmq: ordered consumer close: handlers still running: %w", ctx.Err())
-	}
-	if serr := shutdownConsumer(c.pc, c.log); serr != nil {
-		err = errors.Join(err, fmt.Errorf("rocketmq: ordered consumer shutdown: %w", serr))
-	}
-	return err
+	}, nil)
 }
 
 // Health reports whether the consumer can do its work now, as
 // [Consumer.Health] does.
-func (c *OrderedConsumer) Health(ctx context.Context) error {
-	c.mu.Lock()
-	started, closed, startErr := c.started, c.closed, c.startErr
-	c.mu.Unlock()
-	switch {
-	case closed:
-		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, txmsg.ErrClosed)
-	case startErr != nil:
-		return startErr
-	case !started:
-		return fmt.Errorf("rocketmq: ordered consumer of group %q is not started", c.cfg.Group)
-	}
-	if err := c.inbox.Ping(ctx); err != nil {
-		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, err)
-	}
-	rp, err := clientinternals.NameServers(c.pc)
-	if err != nil {
-		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, err)
-	}
-	topics := make([]string, len(c.topics))
-	for i, t := range c.topics {
-		topics[i] = c.cfg.brokerTopic(t)
-	}
-	if err := askTopicRoutes(ctx, &c.cfg.Config, topics); err != nil {
-		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, err)
-	}
-	if err := probeRoutes(ctx, rp, topics); err != nil {
-		return fmt.Errorf("rocketmq: ordered consumer of group %q: %w", c.cfg.Group, err)
-	}
-	return nil
-}
+func (c *OrderedConsumer) Health(ctx context.Context) error { return c.health(ctx) }

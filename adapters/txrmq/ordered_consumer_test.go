@@ -80,20 +80,15 @@ func seqs(from, to int) []int {
 
 func (b *consumerBed) orderedConfig() txrmq.OrderedConsumerConfig {
 	return txrmq.OrderedConsumerConfig{
-		Config:     txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: b.group},
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: b.group,
 		MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 100 * time.Millisecond,
-		OnProcessed: func(r *txmsg.Received, o txmsg.Outcome, err error) {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.seen = append(b.seen, consumerSeen{id: r.Message.ID, attempt: r.Attempt, outcome: o, err: err})
-		},
 	}
 }
 
 func (b *consumerBed) startOrdered(cfg txrmq.OrderedConsumerConfig, inbox *txmsg.Inbox, route txmsg.Route) *txrmq.OrderedConsumer {
 	b.t.Helper()
-	c, err := txrmq.NewOrderedConsumer(cfg, inbox, route)
+	c, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route}, cfg)
 	require.NoError(b.t, err)
 	require.NoError(b.t, c.Start(context.Background()))
 	b.t.Cleanup(func() { _ = c.Close(context.Background()) })
@@ -122,24 +117,24 @@ func TestOrderedConsumerConfigValidation(t *testing.T) {
 	inbox, err := txmsg.NewInbox(&gorm.DB{}, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	route := txmsg.Handle(txmsg.Topic[consumerEvent]{Name: "t"}, orderedHandler(nil))
-	base := txrmq.Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}
+	conn := txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}
 	for name, cfg := range map[string]txrmq.OrderedConsumerConfig{
-		"negative concurrency":    {Config: base, Concurrency: -1},
-		"too much concurrency":    {Config: base, Concurrency: 1001},
-		"negative reconsume":      {Config: base, MaxReconsumeTimes: -1},
-		"negative backoff":        {Config: base, MinBackoff: -time.Second},
-		"max below min backoff":   {Config: base, MinBackoff: time.Second, MaxBackoff: time.Millisecond},
-		"no name servers":         {Config: txrmq.Config{Group: "g"}},
-		"group with a bad symbol": {Config: txrmq.Config{NameServers: base.NameServers, Group: "a b"}},
+		"negative concurrency":    {Conn: conn, Group: "g", Concurrency: -1},
+		"too much concurrency":    {Conn: conn, Group: "g", Concurrency: 1001},
+		"negative reconsume":      {Conn: conn, Group: "g", MaxReconsumeTimes: -1},
+		"negative backoff":        {Conn: conn, Group: "g", MinBackoff: -time.Second},
+		"max below min backoff":   {Conn: conn, Group: "g", MinBackoff: time.Second, MaxBackoff: time.Millisecond},
+		"no name servers":         {Group: "g"},
+		"group with a bad symbol": {Conn: conn, Group: "a b"},
 	} {
-		_, err := txrmq.NewOrderedConsumer(cfg, inbox, route)
+		_, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route}, cfg)
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, name)
 	}
-	_, err = txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: base}, nil, route)
+	_, err = txrmq.NewOrderedConsumer(nil, []txmsg.Route{route}, txrmq.OrderedConsumerConfig{Conn: conn, Group: "g"})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "nil inbox")
-	_, err = txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: base}, inbox)
+	_, err = txrmq.NewOrderedConsumer(inbox, []txmsg.Route{}, txrmq.OrderedConsumerConfig{Conn: conn, Group: "g"})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "no routes")
-	_, err = txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: base}, inbox, route, route)
+	_, err = txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route, route}, txrmq.OrderedConsumerConfig{Conn: conn, Group: "g"})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "two routes for one topic")
 }
 
@@ -198,7 +193,7 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	b := newConsumerBed(t)
 	require.NoError(t, b.db.AutoMigrate(&orderedEffect{}))
 	hook := &parkHook{}
-	inbox, err := txmsg.NewInbox(b.db, txmsg.InboxConfig{Hooks: txmsg.Hooks{hook}})
+	inbox, err := txmsg.NewInbox(b.db, txmsg.InboxConfig{Hooks: txmsg.Hooks{hook, b}})
 	require.NoError(t, err)
 	cfg := b.orderedConfig()
 	cfg.MaxReconsumeTimes = 2
@@ -324,19 +319,19 @@ func TestOrderedConsumerChildProcess(t *testing.T) {
 	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
 	var calls, failed atomic.Int64
-	c, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{
-		Config:            txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group},
-		MaxReconsumeTimes: 1000, // nothing is parked: the test wants every event handled
-		MinBackoff:        10 * time.Millisecond,
-		MaxBackoff:        50 * time.Millisecond,
-	}, inbox, txmsg.Handle(txmsg.Topic[consumerEvent]{Name: topic}, orderedHandler(func(d txmsg.Delivery[consumerEvent]) error {
+	c, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[consumerEvent]{Name: topic}, orderedHandler(func(d txmsg.Delivery[consumerEvent]) error {
 		calls.Add(1)
 		if rand.IntN(20) == 0 { // about 1 in 20 calls fails, after its write
 			failed.Add(1)
 			return fmt.Errorf("random failure of %s #%d", d.Event.Key, d.Event.N)
 		}
 		return nil
-	})))
+	}))}, txrmq.OrderedConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group,
+		MaxReconsumeTimes: 1000, // nothing is parked: the test wants every event handled
+		MinBackoff:        10 * time.Millisecond,
+		MaxBackoff:        50 * time.Millisecond,
+	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	fmt.Println("ORDERED-CHILD-READY")
@@ -456,9 +451,7 @@ func TestOrderedConsumerCrashAndRebalance(t *testing.T) {
 	a := startOrderedChild(t, spec)
 	b := startOrderedChild(t, spec)
 
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "opub"),
-	}})
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "opub")})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
@@ -553,13 +546,13 @@ func TestOrderedConsumerCloseHandsOver(t *testing.T) {
 	cfg := b.orderedConfig()
 	cfg.MaxReconsumeTimes = 1000
 	var failed atomic.Int32
-	first, err := txrmq.NewOrderedConsumer(cfg, b.inbox, txmsg.Handle(b.topicOf(), orderedHandler(func(d txmsg.Delivery[consumerEvent]) error {
+	first, err := txrmq.NewOrderedConsumer(b.inbox, []txmsg.Route{txmsg.Handle(b.topicOf(), orderedHandler(func(d txmsg.Delivery[consumerEvent]) error {
 		if d.Event.N == 3 {
 			failed.Add(1)
 			return errors.New("event 3 fails on the first consumer")
 		}
 		return nil
-	})))
+	}))}, cfg)
 	require.NoError(t, err)
 	require.ErrorContains(t, first.Health(context.Background()), "not started")
 	require.NoError(t, first.Start(context.Background()))

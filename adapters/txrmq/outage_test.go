@@ -53,7 +53,7 @@ func TestConsumerOutageLongerThanRetryBudget(t *testing.T) {
 			// The bed's tables, reached through a proxy the test cuts.
 			proxy, pdb := testbed.ProxiedDB(t, b.dsn)
 			tries := &failedTries{}
-			inbox, err := txmsg.NewInbox(pdb, txmsg.InboxConfig{Hooks: txmsg.Hooks{tries}})
+			inbox, err := txmsg.NewInbox(pdb, txmsg.InboxConfig{Hooks: txmsg.Hooks{tries, b}})
 			require.NoError(t, err)
 			logs := &lockedBuffer{}
 			cfg := b.config()
@@ -69,15 +69,14 @@ func TestConsumerOutageLongerThanRetryBudget(t *testing.T) {
 			})
 			switch kind {
 			case "concurrent":
-				c, err := txrmq.NewConsumer(cfg, inbox, route)
+				c, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, cfg)
 				require.NoError(t, err)
 				require.NoError(t, c.Start(context.Background()))
 				t.Cleanup(func() { _ = c.Close(context.Background()) })
 			case "ordered":
-				oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{
-					Config: cfg.Config, MaxReconsumeTimes: 1, MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-					OnProcessed: cfg.OnProcessed,
-				}, inbox, route)
+				oc, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route}, txrmq.OrderedConsumerConfig{
+					Conn: cfg.Conn, Group: cfg.Group, MaxReconsumeTimes: 1, MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+				})
 				require.NoError(t, err)
 				require.NoError(t, oc.Start(context.Background()))
 				t.Cleanup(func() { _ = oc.Close(context.Background()) })

@@ -207,7 +207,7 @@ func (r *answerLog) answered(id string, state txmsg.LocalState) bool {
 // from cfg; before runs before Start. It is closed when t ends.
 func (e *txEnv) startWith(t *testing.T, cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker, before func(*Transactional)) *Transactional {
 	t.Helper()
-	tr, err := NewTransactional(cfg, db, chk)
+	tr, err := NewTransactional(db, chk, cfg)
 	require.NoError(t, err)
 	if before != nil {
 		before(tr)
@@ -425,7 +425,7 @@ func TestCheckBackCacheAnswersTheBroker(t *testing.T) {
 	cfg := e.config(nil)
 	cfg.Hooks = txmsg.Hooks{rec}
 	tr := e.startWith(t, cfg, e.db, cutChk, func(tr *Transactional) {
-		prod, err := newCheckBackProducer(&tr.cfg.Config, "tx", tr.cb, lostEnd{listener{tr}})
+		prod, err := newCheckBackProducer(tr.cfg.producer(), "tx", tr.cb, lostEnd{listener{tr}})
 		require.NoError(t, err)
 		tr.prod = prod
 	})

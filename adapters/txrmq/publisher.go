@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -24,7 +25,22 @@ const DefaultMaxBatch = 128
 
 // PublisherConfig configures a [Publisher].
 type PublisherConfig struct {
-	Config
+	Conn
+	// Group is the producer group. Required.
+	Group string
+	// SendTimeout bounds one send to the broker. Default
+	// [DefaultSendTimeout] (3 s).
+	SendTimeout time.Duration
+	// Retries is how many times the client retries a failed send.
+	// Default [DefaultRetries] (2).
+	Retries int
+	// MaxBodySize is the largest body accepted; it should equal the
+	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
+	MaxBodySize int
+	// Hooks observe the publisher's events (see txmsg.Hook): OnCheckBack
+	// for the check-backs that reach it. A hook that implements no hook
+	// interface is refused. Optional.
+	Hooks txmsg.Hooks
 	// MaxBatch is the most messages sent in one batch request. Messages to
 	// the same topic (and, when ordered, the same sharding key) are batched
 	// up to this count and up to MaxBodySize bytes. Default
@@ -48,6 +64,55 @@ type PublisherConfig struct {
 	// [DefaultCheckBackQueue].
 	CheckBackWorkers int
 	CheckBackQueue   int
+}
+
+// WithDefaults returns c with its zero fields set to their defaults. It
+// checks nothing.
+func (c PublisherConfig) WithDefaults() PublisherConfig {
+	c.Conn = c.Conn.WithDefaults()
+	c.SendTimeout, c.Retries, c.MaxBodySize = sendDefaults(c.SendTimeout, c.Retries, c.MaxBodySize)
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.CheckBackWorkers == 0 {
+		c.CheckBackWorkers = DefaultCheckBackWorkers
+	}
+	if c.CheckBackQueue == 0 {
+		c.CheckBackQueue = DefaultCheckBackQueue
+	}
+	return c
+}
+
+// Validate checks c, which WithDefaults has filled in. The error wraps
+// [txmsg.ErrInvalidConfig] and names the field.
+func (c PublisherConfig) Validate() error {
+	const what = "publisher"
+	if err := c.Conn.validate(what); err != nil {
+		return err
+	}
+	if err := validateGroup(what, c.Group); err != nil {
+		return err
+	}
+	if err := validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize); err != nil {
+		return err
+	}
+	if err := validateHooks(what, c.Hooks); err != nil {
+		return err
+	}
+	if c.MaxBatch <= 0 {
+		return fmt.Errorf("%w: %s: MaxBatch must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxBatch)
+	}
+	for _, t := range c.Topics {
+		if err := txmsg.ValidateTopic(t); err != nil {
+			return fmt.Errorf("%w: %s: Topics: %w", txmsg.ErrInvalidConfig, what, err)
+		}
+	}
+	return validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue)
+}
+
+// producer is what the client's producer options need of c.
+func (c *PublisherConfig) producer() producerSetup {
+	return producerSetup{conn: &c.Conn, group: c.Group, sendTimeout: c.SendTimeout, retries: c.Retries}
 }
 
 // Publisher sends messages right away through a plain RocketMQ producer.
@@ -74,10 +139,13 @@ var (
 	_ txmsg.BrokerReturnNotifier = (*Publisher)(nil)
 )
 
-// NewPublisher validates cfg and builds a plain producer. Call Start before
-// Publish. Sends made through it go out at once; there is no transaction.
+// NewPublisher builds a plain producer, after filling cfg's defaults and
+// validating it (see [PublisherConfig.WithDefaults] and
+// [PublisherConfig.Validate]). Call Start before Publish. Sends made
+// through it go out at once; there is no transaction.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
-	if err := cfg.validate("publisher"); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
@@ -85,21 +153,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("publisher: %w", err)
 	}
 	cfg.Hooks = hooks
-	if cfg.MaxBatch < 0 {
-		return nil, fmt.Errorf("%w: publisher: MaxBatch must not be negative", txmsg.ErrInvalidConfig)
-	}
-	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	for _, t := range cfg.Topics {
-		if err := txmsg.ValidateTopic(t); err != nil {
-			return nil, fmt.Errorf("%w: publisher: %w", txmsg.ErrInvalidConfig, err)
-		}
-	}
 	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
-	if err := limits.validate("publisher"); err != nil {
-		return nil, err
-	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("component", "txmsg.publisher", "group", cfg.Group)}
@@ -112,7 +166,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p.cb = newCheckBacks(p.log, cfg.Hooks, limits, answer)
 	// The sends go through the transaction producer's inner producer, so
 	// that the publisher has the client's check-back reader.
-	tp, err := newCheckBackProducer(&cfg.Config, "pub", p.cb, pubListener{p.cb})
+	tp, err := newCheckBackProducer(cfg.producer(), "pub", p.cb, pubListener{p.cb})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
 	}
@@ -124,7 +178,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	p.log.Warn("cannot send through the client's transaction producer; check-backs that reach this publisher stay unanswered")
 	p.cb.in = nil
-	if p.prod, err = rmq.NewProducer(producerOptions(&cfg.Config, "pub")...); err != nil {
+	if p.prod, err = rmq.NewProducer(producerOptions(cfg.producer(), "pub")...); err != nil {
 		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
 	}
 	return p, nil
@@ -146,7 +200,7 @@ func (l pubListener) CheckLocalTransaction(ext *primitive.MessageExt) primitive.
 // Topics. It is idempotent.
 //
 // Start first asks the name servers, each within
-// Config.NameServerTimeout. When none answers, Start logs a warning that
+// Conn.NameServerTimeout. When none answers, Start logs a warning that
 // names each name server and its error, and starts without fetching
 // routes: Publish fails with txmsg.ErrUnavailable until a name server
 // answers. When ctx ends first, Start returns its error and does not
@@ -163,7 +217,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: start publisher: %w", err)
 	}
-	answered, err := askProducerNameServers(ctx, &p.cfg.Config, p.cfg.Topics, p.log)
+	answered, err := askProducerNameServers(ctx, &p.cfg.Conn, p.cfg.Topics, p.log)
 	if err != nil {
 		return fmt.Errorf("rocketmq: start publisher of group %q: %w", p.cfg.Group, err)
 	}
@@ -186,16 +240,25 @@ func (p *Publisher) Start(ctx context.Context) error {
 	return nil
 }
 
+// producerSetup is what a producer's client options are made of.
+type producerSetup struct {
+	conn        *Conn
+	group       string
+	sendTimeout time.Duration
+	retries     int
+}
+
 // producerOptions are the client options every txmsg producer shares: a
 // unique instance name so no two producers share a client, credentials,
 // namespace, the sharding-key selector.
-func producerOptions(c *Config, kind string) []producer.Option {
+func producerOptions(p producerSetup, kind string) []producer.Option {
+	c := p.conn
 	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(c.NameServers)),
-		producer.WithGroupName(c.Group),
+		producer.WithGroupName(p.group),
 		producer.WithInstanceName(fmt.Sprintf("txmsg-%s-%d-%s", kind, os.Getpid(), txmsg.NewID())),
-		producer.WithSendMsgTimeout(c.SendTimeout),
-		producer.WithRetry(c.Retries),
+		producer.WithSendMsgTimeout(p.sendTimeout),
+		producer.WithRetry(p.retries),
 		producer.WithQueueSelector(newShardSelector()),
 	}
 	if c.Namespace != "" {

@@ -18,7 +18,7 @@ func newTestPublisher(t *testing.T, maxBatch int) *Publisher {
 	t.Helper()
 	testbed.RequireBroker(t)
 	p, err := NewPublisher(PublisherConfig{
-		Config:   Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub")},
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pub"),
 		MaxBatch: maxBatch,
 	})
 	require.NoError(t, err)
@@ -101,9 +101,7 @@ func TestPublisherClosedAndDeadBroker(t *testing.T) {
 
 	// A name server nobody listens on: the publish fails with an error
 	// within the send timeout instead of hanging.
-	dead, err := NewPublisher(PublisherConfig{Config: Config{
-		NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1,
-	}})
+	dead, err := NewPublisher(PublisherConfig{Conn: Conn{NameServers: []string{"127.0.0.1:1"}}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1})
 	require.NoError(t, err)
 	require.NoError(t, dead.Start(context.Background()))
 	t.Cleanup(func() { _ = dead.Close(context.Background()) })
@@ -125,9 +123,7 @@ func TestPublisherClassifiesRejection(t *testing.T) {
 	testbed.RequireBroker(t)
 	topic := testbed.Topic(t)
 	obs := testbed.Observe(t, topic, nil)
-	p, err := NewPublisher(PublisherConfig{Config: Config{
-		NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "pub"), MaxBodySize: 5 << 20,
-	}})
+	p, err := NewPublisher(PublisherConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pub"), MaxBodySize: 5 << 20})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { _ = p.Close(context.Background()) })

@@ -27,13 +27,13 @@ func TestRequeueParkedReachesOnlyTheGroupThatParkedIt(t *testing.T) {
 	startGroup := func(group string) {
 		cfg := b.config()
 		cfg.Group = group
-		cfg.OnProcessed = func(r *txmsg.Received, o txmsg.Outcome, err error) {
-			if err == nil && o == txmsg.OutcomeHandled {
+		b.watch(func(g string, r *txmsg.Received, o txmsg.Outcome, err error) {
+			if g == group && err == nil && o == txmsg.OutcomeHandled {
 				mu.Lock()
 				defer mu.Unlock()
 				seenBy[group] = append(seenBy[group], r.Message.ID)
 			}
-		}
+		})
 		b.start(cfg, txmsg.Handle(b.topicOf(), func(context.Context, *gorm.DB, txmsg.Delivery[consumerEvent]) error { return nil }))
 	}
 	parker, other := b.group, b.group+"_other"

@@ -62,7 +62,7 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string, early bool) {
 		pendingErr  error
 		handledLate = make(chan struct{})
 	)
-	onProcessed := func(r *txmsg.Received, o txmsg.Outcome, err error) {
+	b.watch(func(_ string, r *txmsg.Received, o txmsg.Outcome, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if afterID == "" || r.Message.ID != afterID || o != txmsg.OutcomeHandled || err != nil {
@@ -81,7 +81,7 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string, early bool) {
 			}
 		}
 		close(handledLate)
-	}
+	})
 	handled := make(chan string, 16)
 	route := txmsg.Handle(b.topicOf(), func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[consumerEvent]) error {
 		select {
@@ -91,16 +91,13 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string, early bool) {
 		return nil
 	})
 	var requeued func() int64
-	cfg := b.config().Config
 	mu.Lock()
 	switch kind {
 	case "concurrent":
-		ccfg := b.config()
-		ccfg.OnProcessed = onProcessed
-		cc := b.start(ccfg, route)
+		cc := b.start(b.config(), route)
 		c, requeued = cc, cc.QueuesExpired
 	case "ordered":
-		oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: cfg, OnProcessed: onProcessed}, b.inbox, route)
+		oc, err := txrmq.NewOrderedConsumer(b.inbox, []txmsg.Route{route}, txrmq.OrderedConsumerConfig{Conn: b.config().Conn, Group: b.group})
 		require.NoError(t, err)
 		require.NoError(t, oc.Start(context.Background()))
 		t.Cleanup(func() { _ = oc.Close(context.Background()) })

@@ -30,16 +30,16 @@ func startKind(t *testing.T, kind string, db *gorm.DB, topic, group string, hand
 	t.Helper()
 	inbox, err := txmsg.NewInbox(db, txmsg.InboxConfig{})
 	require.NoError(t, err)
-	cfg := txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group}
+	conn := txrmq.Conn{NameServers: []string{testbed.NameServer()}}
 	route := txmsg.Handle(txmsg.Topic[consumerEvent]{Name: topic}, handle)
 	switch kind {
 	case "concurrent":
-		c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: cfg}, inbox, route)
+		c, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{Conn: conn, Group: group})
 		require.NoError(t, err)
 		require.NoError(t, c.Start(context.Background()))
 		return c.Close
 	case "ordered":
-		c, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: cfg}, inbox, route)
+		c, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route}, txrmq.OrderedConsumerConfig{Conn: conn, Group: group})
 		require.NoError(t, err)
 		require.NoError(t, c.Start(context.Background()))
 		return c.Close
@@ -188,9 +188,7 @@ func TestNewGroupCrashRightAfterStartLosesNothing(t *testing.T) {
 			require.NoError(t, inbox.Migrate(ctx))
 			topic := testbed.Topic(t)
 			group := testbed.Name(t, "ncg")
-			pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-				NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "npg"),
-			}})
+			pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "npg")})
 			require.NoError(t, err)
 			require.NoError(t, pub.Start(ctx))
 			t.Cleanup(func() { _ = pub.Close(context.Background()) })

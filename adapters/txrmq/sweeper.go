@@ -32,8 +32,13 @@ const DefaultHoldFor = time.Minute
 
 // SweeperConfig configures a [Sweeper].
 type SweeperConfig struct {
-	// Config.Group is the sweeper's own consumer group.
-	Config
+	Conn
+	// Group is the sweeper's own consumer group. Required.
+	Group string
+	// Hooks observe the sweeper's events (see txmsg.Hook): OnHeld for the
+	// half messages it parks for an operator. A hook that implements no
+	// hook interface is refused. Optional.
+	Hooks txmsg.Hooks
 	// ProducerGroups are the transactional producer groups whose
 	// transactions this sweeper's database records. Half messages of other
 	// groups are acknowledged and left alone. Required.
@@ -58,11 +63,12 @@ type SweeperConfig struct {
 	// Parked is the inbox in whose parked table the sweeper parks a half
 	// message whose outcome cannot be known because its barrier row may
 	// have been purged (see checker.ErrBeyondPurgeHorizon), under the
-	// sweeper's group: `txmsgctl dead list -kind consumer -group <sweeper
-	// group>` lists them, and `dead requeue` publishes one once an
-	// operator has checked that its transaction committed. Nil means the parked table
-	// (txmsg.DefaultParkedTable) in the checker's database. When
-	// parking fails, the message is left unacknowledged on the broker.
+	// sweeper's group: `txmsgctl parked list -kind consumer -group
+	// <sweeper group>` lists them, and `parked requeue` publishes one once
+	// an operator has checked that its transaction committed. Nil means
+	// the parked table (txmsg.DefaultParkedTable) in the checker's
+	// database. When parking fails, the message is left unacknowledged on
+	// the broker.
 	Parked *txmsg.Inbox
 }
 
@@ -87,9 +93,9 @@ type SweeperConfig struct {
 // A half message older than the barrier's purge horizon has no answer: its
 // barrier row may have been purged, and a missing row no longer means the
 // transaction rolled back. The sweeper never drops such a message. It logs
-// it at error level, calls the [txmsg.HookHeld] hooks, parks it in the
-// parked table of SweeperConfig.Parked and only then acknowledges it; if
-// parking fails it leaves it on the broker.
+// it at error level, calls the [txmsg.HookHeld] hooks, parks it in
+// Parked and only then acknowledges it; if parking fails it leaves it
+// on the broker.
 type Sweeper struct {
 	cfg    SweeperConfig
 	chk    *checker.Checker
@@ -117,32 +123,68 @@ type Sweeper struct {
 // CheckMaxTimeTopic while the broker has not created it yet.
 const topicRetryEvery = 5 * time.Second
 
-// NewSweeper validates cfg and builds a sweeper that resolves through chk
-// and republishes through pub (usually a [Publisher]).
-func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*Sweeper, error) {
+// sweeperConcurrency is how many half messages a sweeper resolves at once.
+const sweeperConcurrency = 4
+
+// WithDefaults returns c with its zero fields set to their defaults
+// (Parked excepted: nil is resolved by NewSweeper, which knows the
+// checker). It checks nothing.
+func (c SweeperConfig) WithDefaults() SweeperConfig {
+	c.Conn = c.Conn.WithDefaults()
+	if c.HoldFor == 0 {
+		c.HoldFor = DefaultHoldFor
+	}
+	return c
+}
+
+// Validate checks c, which WithDefaults has filled in. The error wraps
+// [txmsg.ErrInvalidConfig] and names the field.
+func (c SweeperConfig) Validate() error {
+	const what = "sweeper"
+	cc := c.consumer()
+	if err := cc.validate(what); err != nil {
+		return err
+	}
+	if err := validateHooks(what, c.Hooks); err != nil {
+		return err
+	}
+	if c.HoldFor <= 0 {
+		return fmt.Errorf("%w: %s: HoldFor must be positive (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultHoldFor)
+	}
+	if len(c.ProducerGroups) == 0 {
+		return fmt.Errorf("%w: %s: ProducerGroups is empty", txmsg.ErrInvalidConfig, what)
+	}
+	for _, g := range c.ProducerGroups {
+		if !groupPattern.MatchString(g) {
+			return fmt.Errorf("%w: %s: ProducerGroups: %q is not a valid group name", txmsg.ErrInvalidConfig, what, g)
+		}
+	}
+	return nil
+}
+
+// consumer is the config of the sweeper's consumer of CheckMaxTimeTopic,
+// defaulted.
+func (c *SweeperConfig) consumer() ConsumerConfig {
+	return ConsumerConfig{Conn: c.Conn, Group: c.Group, Concurrency: sweeperConcurrency, RetryDelayLevel: c.RetryDelayLevel}.WithDefaults()
+}
+
+// NewSweeper builds a sweeper that resolves through chk and republishes
+// through pub (usually a [Publisher]), after filling cfg's defaults and
+// validating it (see [SweeperConfig.WithDefaults] and
+// [SweeperConfig.Validate]).
+func NewSweeper(chk *checker.Checker, pub txmsg.Publisher, cfg SweeperConfig) (*Sweeper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if chk == nil || pub == nil {
+		return nil, fmt.Errorf("%w: sweeper: checker and publisher are required", txmsg.ErrInvalidConfig)
+	}
 	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
-	cc := ConsumerConfig{Config: cfg.Config, Concurrency: 4, RetryDelayLevel: cfg.RetryDelayLevel}
-	cc.Hooks = nil // the sweeper's own consumer has no inbox; OnHeld is called here
-	if err := cc.validate(); err != nil {
-		return nil, err
-	}
-	cfg.Config = cc.Config
 	cfg.Hooks = hooks
-	if chk == nil || pub == nil {
-		return nil, fmt.Errorf("%w: sweeper: checker and publisher are required", txmsg.ErrInvalidConfig)
-	}
-	if cfg.HoldFor < 0 {
-		return nil, fmt.Errorf("%w: sweeper: HoldFor must not be negative", txmsg.ErrInvalidConfig)
-	}
-	if cfg.HoldFor == 0 {
-		cfg.HoldFor = DefaultHoldFor
-	}
-	if len(cfg.ProducerGroups) == 0 {
-		return nil, fmt.Errorf("%w: sweeper: ProducerGroups is empty", txmsg.ErrInvalidConfig)
-	}
 	if cfg.Parked == nil {
 		in, err := txmsg.NewInbox(chk.DB(), txmsg.InboxConfig{Logger: cfg.Logger})
 		if err != nil {
@@ -153,9 +195,6 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 	s := &Sweeper{cfg: cfg, chk: chk, pub: pub, groups: map[string]bool{}, done: make(chan struct{}),
 		log: cfg.Logger.With("component", "txmsg.sweeper", "group", cfg.Group)}
 	for _, g := range cfg.ProducerGroups {
-		if !groupPattern.MatchString(g) {
-			return nil, fmt.Errorf("%w: sweeper: producer group %q is not a valid group name", txmsg.ErrInvalidConfig, g)
-		}
 		s.groups[g] = true
 		if cfg.Namespace != "" {
 			s.groups[cfg.Namespace+"%"+g] = true
@@ -163,6 +202,7 @@ func NewSweeper(cfg SweeperConfig, chk *checker.Checker, pub txmsg.Publisher) (*
 	}
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
+	cc := cfg.consumer()
 	s.opts = append(consumerOptions(&cc), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
 	return s, nil
 }
@@ -216,7 +256,7 @@ func (s *Sweeper) startConsumerWithin(ctx context.Context) (rmq.PushConsumer, bo
 // the sweeper looks for it every few seconds in the background.
 //
 // Start first asks the name servers for that topic's route, each within
-// Config.NameServerTimeout. When none answers, Start fails with an error
+// Conn.NameServerTimeout. When none answers, Start fails with an error
 // that wraps txmsg.ErrUnavailable and names each name server and its
 // error, and may be called again. Start is bounded by ctx throughout.
 func (s *Sweeper) Start(ctx context.Context) error {
@@ -494,7 +534,7 @@ func (s *Sweeper) hold(ctx context.Context, ext *primitive.MessageExt, id, realT
 	}
 	_, table := s.cfg.Parked.Tables()
 	s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
-		"parked it for an operator (txmsgctl dead list -kind consumer -group "+s.cfg.Group+")",
+		"parked it for an operator (txmsgctl parked list -kind consumer -group "+s.cfg.Group+")",
 		"txmsg_id", id, "topic", realTopic, "parked_table", table, "err", cause)
 	return swept
 }

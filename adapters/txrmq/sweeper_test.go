@@ -32,12 +32,12 @@ func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 	logger, logs := newLogRecorder()
 	e.start(t, e.db, cutChk, logger)
 	pub := newTestPublisher(t, 0)
-	sw, err := NewSweeper(SweeperConfig{
-		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Logger: logger},
+	sw, err := NewSweeper(cutChk, pub, SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups:  []string{e.group},
 		HoldFor:         3 * time.Second,
 		RetryDelayLevel: 1,
-	}, cutChk, pub)
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })
@@ -81,26 +81,23 @@ func TestSweeperConfigValidation(t *testing.T) {
 	t.Parallel()
 	chk, err := checker.New(&gorm.DB{}, checker.Config{})
 	require.NoError(t, err)
-	base := Config{NameServers: []string{"127.0.0.1:9876"}, Group: "sweeper"}
-	_, err = NewSweeper(SweeperConfig{Config: base}, chk, &Publisher{})
+	conn := Conn{NameServers: []string{"127.0.0.1:9876"}}
+	_, err = NewSweeper(chk, &Publisher{}, SweeperConfig{Conn: conn, Group: "sweeper"})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "no producer groups")
-	_, err = NewSweeper(SweeperConfig{Config: base, ProducerGroups: []string{"bad group"}}, chk, &Publisher{})
+	_, err = NewSweeper(chk, &Publisher{}, SweeperConfig{Conn: conn, Group: "sweeper", ProducerGroups: []string{"bad group"}})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
-	_, err = NewSweeper(SweeperConfig{Config: base, ProducerGroups: []string{"g"}}, nil, &Publisher{})
+	_, err = NewSweeper(nil, &Publisher{}, SweeperConfig{Conn: conn, Group: "sweeper", ProducerGroups: []string{"g"}})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	// Hooks are taken (a sweeper calls OnHeld, a publisher OnCheckBack),
 	// but a value that implements no hook is refused.
-	notAHook := base
-	notAHook.Hooks = txmsg.Hooks{struct{}{}}
-	_, err = NewSweeper(SweeperConfig{Config: notAHook, ProducerGroups: []string{"g"}}, chk, &Publisher{})
+	notAHook := txmsg.Hooks{struct{}{}}
+	_, err = NewSweeper(chk, &Publisher{}, SweeperConfig{Conn: conn, Group: "sweeper", Hooks: notAHook, ProducerGroups: []string{"g"}})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.ErrorContains(t, err, "implements none of txmsg's hook interfaces")
-	_, err = NewPublisher(PublisherConfig{Config: notAHook})
+	_, err = NewPublisher(PublisherConfig{Conn: conn, Group: "sweeper", Hooks: notAHook})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.ErrorContains(t, err, "implements none of txmsg's hook interfaces")
-	withHooks := base
-	withHooks.Hooks = txmsg.Hooks{checkBackHook{}}
-	sw, err := NewSweeper(SweeperConfig{Config: withHooks, ProducerGroups: []string{"g"}}, chk, &Publisher{})
+	sw, err := NewSweeper(chk, &Publisher{}, SweeperConfig{Conn: conn, Group: "sweeper", Hooks: txmsg.Hooks{checkBackHook{}}, ProducerGroups: []string{"g"}})
 	require.NoError(t, err)
 	require.NoError(t, sw.Close(context.Background()))
 }
@@ -160,12 +157,12 @@ func TestSweeperKeepsHalfMessagesBeyondThePurgeHorizon(t *testing.T) {
 	logger, logs := newLogRecorder()
 	hook := &heldHook{}
 	group := testbed.Name(t, "sweep")
-	sw, err := NewSweeper(SweeperConfig{
-		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: group, Logger: logger, Hooks: txmsg.Hooks{hook}},
+	sw, err := NewSweeper(e.chk, newTestPublisher(t, 0), SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: group, Hooks: txmsg.Hooks{hook},
 		ProducerGroups:  []string{e.group},
 		HoldFor:         time.Second,
 		RetryDelayLevel: 1,
-	}, e.chk, newTestPublisher(t, 0))
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })
@@ -255,12 +252,12 @@ func TestBrokerRestartSweeperPullsAgainAtOnce(t *testing.T) {
 	proxy.Cut()
 
 	spy := &sweepSpy{Publisher: newTestPublisher(t, 0), seen: map[string]bool{}}
-	sw, err := NewSweeper(SweeperConfig{
-		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep")},
+	sw, err := NewSweeper(e.chk, spy, SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups:  []string{e.group},
 		HoldFor:         3 * time.Second,
 		RetryDelayLevel: 1,
-	}, e.chk, spy)
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })
@@ -345,18 +342,18 @@ func TestSweeperHoldsWhileTheBrokerIsAway(t *testing.T) {
 
 	ns := testbed.NewProxy(t, testbed.NameServer())
 	ns.Cut()
-	pub, err := NewPublisher(PublisherConfig{Config: Config{NameServers: []string{ns.Addr()}, Group: testbed.Name(t, "pub")}})
+	pub, err := NewPublisher(PublisherConfig{Conn: Conn{NameServers: []string{ns.Addr()}}, Group: testbed.Name(t, "pub")})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 
 	logger, logs := newLogRecorder()
-	sw, err := NewSweeper(SweeperConfig{
-		Config:          Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Logger: logger},
+	sw, err := NewSweeper(e.chk, pub, SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups:  []string{e.group},
 		HoldFor:         2 * time.Second,
 		RetryDelayLevel: 1,
-	}, e.chk, pub)
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })
@@ -398,10 +395,10 @@ func TestSweeperStartedBeforeItsTopicExists(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t)
 	logger, logs := newLogRecorder()
-	sw, err := NewSweeper(SweeperConfig{
-		Config:         Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "sweep"), Namespace: "ns" + testbed.Suffix(), Logger: logger},
+	sw, err := NewSweeper(e.chk, newTestPublisher(t, 0), SweeperConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Namespace: "ns" + testbed.Suffix(), Logger: logger}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups: []string{e.group},
-	}, e.chk, newTestPublisher(t, 0))
+	})
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })

@@ -22,7 +22,23 @@ import (
 
 // TransactionalConfig configures a [Transactional] producer.
 type TransactionalConfig struct {
-	Config
+	Conn
+	// Group is the producer group. Required. All producers of a
+	// transactional group must answer check-backs from the same database.
+	Group string
+	// SendTimeout bounds one send to the broker. Default
+	// [DefaultSendTimeout] (3 s).
+	SendTimeout time.Duration
+	// Retries is how many times the client retries a failed plain send.
+	// Default [DefaultRetries] (2).
+	Retries int
+	// MaxBodySize is the largest body accepted; it should equal the
+	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
+	MaxBodySize int
+	// Hooks observe the producer's events (see txmsg.Hook): BeforeSend,
+	// OnHalfSent, OnLocalDone and OnCheckBack. A hook that implements no
+	// hook interface is refused. Optional.
+	Hooks txmsg.Hooks
 	// Topics are the topics this producer sends to. Start fetches their
 	// routes and introduces the producer to their brokers, so a restarted
 	// service answers check-backs before its first send. Optional but
@@ -48,12 +64,59 @@ type TransactionalConfig struct {
 	// Default [DefaultCheckBackCacheAge] (5 minutes), or the checker's
 	// CheckWindow when that is shorter; it may not exceed the checker's
 	// CheckWindow (the broker asks nothing after its check window).
-	// Negative turns the cache off.
+	// Negative turns the cache off. Zero is left as it is by WithDefaults
+	// and resolved by NewTransactional, which knows the checker.
 	CheckBackCacheAge time.Duration
 }
 
-// cache validates and defaults the outcome cache's settings against the
-// checker's check window; size 0 means the cache is off.
+// WithDefaults returns c with its zero fields set to their defaults
+// (CheckBackCacheAge excepted; see there). It checks nothing.
+func (c TransactionalConfig) WithDefaults() TransactionalConfig {
+	c.Conn = c.Conn.WithDefaults()
+	c.SendTimeout, c.Retries, c.MaxBodySize = sendDefaults(c.SendTimeout, c.Retries, c.MaxBodySize)
+	if c.CheckBackWorkers == 0 {
+		c.CheckBackWorkers = DefaultCheckBackWorkers
+	}
+	if c.CheckBackQueue == 0 {
+		c.CheckBackQueue = DefaultCheckBackQueue
+	}
+	if c.CheckBackCacheSize == 0 {
+		c.CheckBackCacheSize = DefaultCheckBackCacheSize
+	}
+	return c
+}
+
+// Validate checks c, which WithDefaults has filled in. The error wraps
+// [txmsg.ErrInvalidConfig] and names the field.
+func (c TransactionalConfig) Validate() error {
+	const what = "transactional producer"
+	if err := c.Conn.validate(what); err != nil {
+		return err
+	}
+	if err := validateGroup(what, c.Group); err != nil {
+		return err
+	}
+	if err := validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize); err != nil {
+		return err
+	}
+	if err := validateHooks(what, c.Hooks); err != nil {
+		return err
+	}
+	for _, t := range c.Topics {
+		if err := txmsg.ValidateTopic(t); err != nil {
+			return fmt.Errorf("%w: %s: Topics: %w", txmsg.ErrInvalidConfig, what, err)
+		}
+	}
+	return validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue)
+}
+
+// producer is what the client's producer options need of c.
+func (c *TransactionalConfig) producer() producerSetup {
+	return producerSetup{conn: &c.Conn, group: c.Group, sendTimeout: c.SendTimeout, retries: c.Retries}
+}
+
+// cache resolves the outcome cache's settings against the checker's
+// check window; size 0 means the cache is off.
 func (c *TransactionalConfig) cache(window time.Duration) (int, time.Duration, error) {
 	if c.CheckBackCacheSize < 0 || c.CheckBackCacheAge < 0 {
 		return 0, 0, nil
@@ -135,9 +198,10 @@ type call struct {
 // checker reach one database.
 const sameDatabaseTimeout = 10 * time.Second
 
-// NewTransactional validates cfg and builds a transactional producer whose
-// local transactions run on db and whose check-backs chk answers. Call
-// Start before Transact.
+// NewTransactional builds a transactional producer whose local
+// transactions run on db and whose check-backs chk answers, after filling
+// cfg's defaults and validating it (see [TransactionalConfig.WithDefaults]
+// and [TransactionalConfig.Validate]). Call Start before Transact.
 //
 // db and the checker's handle must reach the same database: the local
 // transaction writes the barrier row the checker reads. NewTransactional
@@ -145,8 +209,9 @@ const sameDatabaseTimeout = 10 * time.Second
 // with an error matching [txmsg.ErrInvalidConfig] and
 // [checker.ErrOtherDatabase]; it fails too when the database cannot be
 // reached within 10 s.
-func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker) (*Transactional, error) {
-	if err := cfg.validate("transactional producer"); err != nil {
+func NewTransactional(db *gorm.DB, chk *checker.Checker, cfg TransactionalConfig) (*Transactional, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if db == nil || chk == nil {
@@ -157,17 +222,8 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 		return nil, fmt.Errorf("transactional producer: %w", err)
 	}
 	cfg.Hooks = hooks
-	for _, t := range cfg.Topics {
-		if err := txmsg.ValidateTopic(t); err != nil {
-			return nil, fmt.Errorf("%w: transactional producer: %w", txmsg.ErrInvalidConfig, err)
-		}
-	}
 	cacheSize, cacheAge, err := cfg.cache(chk.CheckWindow())
 	if err != nil {
-		return nil, err
-	}
-	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
-	if err := limits.validate("transactional producer"); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sameDatabaseTimeout)
@@ -183,8 +239,9 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
 		outcomes: newOutcomeCache(cacheSize, cacheAge)}
+	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
 	t.cb = newCheckBacks(t.log, cfg.Hooks, limits, t.resolve)
-	prod, err := newCheckBackProducer(&cfg.Config, "tx", t.cb, listener{t})
+	prod, err := newCheckBackProducer(cfg.producer(), "tx", t.cb, listener{t})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new transactional producer: %w", err)
 	}
@@ -198,7 +255,7 @@ func NewTransactional(cfg TransactionalConfig, db *gorm.DB, chk *checker.Checker
 // broker may create it on first send.
 //
 // Start first asks the name servers, each within
-// Config.NameServerTimeout. When none answers, Start logs a warning that
+// Conn.NameServerTimeout. When none answers, Start logs a warning that
 // names each name server and its error, and starts without fetching
 // routes: sends fail with txmsg.ErrUnavailable until a name server
 // answers. When ctx ends first, Start returns its error and does not
@@ -215,7 +272,7 @@ func (t *Transactional) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	answered, err := askProducerNameServers(ctx, &t.cfg.Config, t.cfg.Topics, t.log)
+	answered, err := askProducerNameServers(ctx, &t.cfg.Conn, t.cfg.Topics, t.log)
 	if err != nil {
 		return fmt.Errorf("rocketmq: start transactional producer of group %q: %w", t.cfg.Group, err)
 	}

@@ -47,14 +47,14 @@ func handledKeys(t *testing.T, e *txEnv) func() []int {
 	require.NoError(t, inbox.Migrate(context.Background()))
 	var mu sync.Mutex
 	var order []int
-	c, err := NewOrderedConsumer(OrderedConsumerConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "ocg")},
-	}, inbox, txmsg.Handle(txmsg.Topic[keyEvent]{Name: e.topic}, func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[keyEvent]) error {
+	c, err := NewOrderedConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[keyEvent]{Name: e.topic}, func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[keyEvent]) error {
 		mu.Lock()
 		order = append(order, d.Event.N)
 		mu.Unlock()
 		return nil
-	}))
+	})}, OrderedConsumerConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "ocg"),
+	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
@@ -185,10 +185,10 @@ func TestTransactionalKeyOrderChild(t *testing.T) {
 			select {}
 		}
 	}}
-	tr, err := NewTransactional(TransactionalConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group, Hooks: txmsg.Hooks{hook}},
+	tr, err := NewTransactional(db, chk, TransactionalConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: group, Hooks: txmsg.Hooks{hook},
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
 	m := keyMessage(t, topic, key, 1)
@@ -223,7 +223,7 @@ func TestTransactionalKeyOrderLostEndTransaction(t *testing.T) {
 
 	cfg := e.config(nil)
 	cfg.Group = testbed.Name(t, "txp2")
-	other, err := NewTransactional(cfg, e.db, e.chk)
+	other, err := NewTransactional(e.db, e.chk, cfg)
 	require.NoError(t, err)
 	require.NoError(t, other.Start(context.Background()))
 	t.Cleanup(func() { _ = other.Close(context.Background()) })

@@ -66,7 +66,7 @@ func TestTransactionalConfigValidation(t *testing.T) {
 	db := &gorm.DB{}
 	chk, err := checker.New(db, checker.Config{})
 	require.NoError(t, err)
-	good := Config{NameServers: []string{"127.0.0.1:9876"}, Group: "g"}
+	good := TransactionalConfig{Conn: Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "g"}
 	cases := []struct {
 		name string
 		edit func(*TransactionalConfig)
@@ -86,14 +86,14 @@ func TestTransactionalConfigValidation(t *testing.T) {
 		{"cache age past the check window", func(c *TransactionalConfig) { c.CheckBackCacheAge = time.Hour }},
 	}
 	for _, tc := range cases {
-		cfg := TransactionalConfig{Config: good}
+		cfg := good
 		tc.edit(&cfg)
-		_, err := NewTransactional(cfg, db, chk)
+		_, err := NewTransactional(db, chk, cfg)
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, tc.name)
 	}
-	_, err = NewTransactional(TransactionalConfig{Config: good}, nil, chk)
+	_, err = NewTransactional(nil, chk, good)
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
-	_, err = NewTransactional(TransactionalConfig{Config: good}, db, nil)
+	_, err = NewTransactional(db, nil, good)
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 
 	withSecret := good
@@ -198,10 +198,10 @@ func TestTransactionalChildProcess(t *testing.T) {
 			}
 		},
 	}
-	tr, err := NewTransactional(TransactionalConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: group, Hooks: txmsg.Hooks{hook}},
+	tr, err := NewTransactional(db, chk, TransactionalConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: group, Hooks: txmsg.Hooks{hook},
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
 	_, err = tr.Transact(context.Background(), &txmsg.Message{ID: id, Topic: topic, Body: []byte(`{"from":"child"}`)}, createOrder("child"))
@@ -296,10 +296,10 @@ func TestTransactionalDeadBrokerRunsNothing(t *testing.T) {
 	chk, err := checker.New(db, checker.Config{})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(context.Background()))
-	tr, err := NewTransactional(TransactionalConfig{
-		Config: Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1},
+	tr, err := NewTransactional(db, chk, TransactionalConfig{
+		Conn: Conn{NameServers: []string{"127.0.0.1:1"}}, Group: testbed.Name(t, "dead"), SendTimeout: time.Second, Retries: 1,
 		Topics: []string{"txmsg_nowhere"},
-	}, db, chk)
+	})
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
@@ -366,7 +366,7 @@ func TestTransactionalRefusesACheckerOnAnotherDatabase(t *testing.T) {
 	other := testbed.DB(t)
 	chk, err := checker.New(other, checker.Config{})
 	require.NoError(t, err)
-	_, err = NewTransactional(e.config(nil), e.db, chk)
+	_, err = NewTransactional(e.db, chk, e.config(nil))
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.ErrorIs(t, err, checker.ErrOtherDatabase)
 	require.ErrorContains(t, err, "different databases")
@@ -381,7 +381,7 @@ func TestTransactionalRefusesACheckerOnAnotherDatabase(t *testing.T) {
 	})
 	same, err := checker.New(again, checker.Config{})
 	require.NoError(t, err)
-	tr, err := NewTransactional(e.config(nil), e.db, same)
+	tr, err := NewTransactional(e.db, same, e.config(nil))
 	require.NoError(t, err)
 	require.NoError(t, tr.Close(context.Background()))
 }

@@ -46,7 +46,7 @@ func newTxEnv(t *testing.T) *txEnv {
 
 func (e *txEnv) config(logger *slog.Logger) TransactionalConfig {
 	return TransactionalConfig{
-		Config: Config{NameServers: []string{testbed.NameServer()}, Group: e.group, Logger: logger},
+		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: e.group,
 		Topics: []string{e.topic},
 	}
 }
@@ -57,7 +57,7 @@ func (e *txEnv) start(t *testing.T, db *gorm.DB, chk *checker.Checker, logger *s
 	t.Helper()
 	cfg := e.config(logger)
 	cfg.Hooks = hooks
-	tr, err := NewTransactional(cfg, db, chk)
+	tr, err := NewTransactional(db, chk, cfg)
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(context.Background()))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })

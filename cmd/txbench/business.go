@@ -225,10 +225,10 @@ func (b *bench) runB2(ctx context.Context, w workload) error {
 	if err := chk.Migrate(ctx); err != nil {
 		return err
 	}
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group(id), Logger: b.log},
+	tr, err := txrmq.NewTransactional(b.env.db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group(id),
 		Topics: []string{topic},
-	}, b.env.db, chk)
+	})
 	if err != nil {
 		return err
 	}

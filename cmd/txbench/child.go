@@ -106,11 +106,11 @@ func runChildRelays(ctx context.Context, spec childSpec, stdin io.Reader, stdout
 	st, err := stack.Outbox(stack.OutboxConfig{
 		Config: stack.Config{
 			DB:       db,
-			RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.Group},
-			Topics:   []string{spec.Topic},
-			Parts:    stack.PartBackground,
-			Logger:   log,
-			Hooks:    txmsg.Hooks{counter},
+			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.Group,
+			Topics: []string{spec.Topic},
+			Parts:  stack.PartBackground,
+			Logger: log,
+			Hooks:  txmsg.Hooks{counter},
 		},
 		Outbox: outbox.Config{Table: spec.Table},
 		Relay:  outbox.RelayConfig{Name: relayName(spec), BatchSize: spec.BatchSize},

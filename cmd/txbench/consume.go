@@ -30,6 +30,15 @@ type consumeEffect struct {
 
 func (consumeEffect) TableName() string { return "b8_effects" }
 
+// consumedFunc is a txmsg.HookConsumed that calls itself with what the
+// inbox decided.
+type consumedFunc func(r *txmsg.Received, o txmsg.Outcome, err error)
+
+// OnConsumed implements txmsg.HookConsumed.
+func (f consumedFunc) OnConsumed(_ context.Context, _ string, r *txmsg.Received, o txmsg.Outcome, err error, _ time.Duration) {
+	f(r, o, err)
+}
+
 // benchConsumer is what B8 needs of either consumer.
 type benchConsumer interface {
 	Start(ctx context.Context) error
@@ -58,7 +67,7 @@ func (b *bench) runB8(ctx context.Context) error {
 		{"B8cN", fmt.Sprintf("concurrent consumer, %d keys", consumeKeys), false, consumeKeys},
 		{"B8oN", fmt.Sprintf("ordered consumer, %d keys", consumeKeys), true, consumeKeys},
 	} {
-		res, err := b.consume(ctx, inbox, c.label, c.ordered, c.keys)
+		res, err := b.consume(ctx, c.label, c.ordered, c.keys)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.label, err)
 		}
@@ -78,8 +87,9 @@ func (b *bench) runB8(ctx context.Context) error {
 // ConsumeCount events over keys sharding keys as fast as the publisher
 // goes, and measures from the first event handled to the last. Publishing
 // in batches is many times faster than handling, so the consumer works
-// through a backlog for nearly all of that time.
-func (b *bench) consume(ctx context.Context, inbox *txmsg.Inbox, label string, ordered bool, keys int) (row, error) {
+// through a backlog for nearly all of that time. Its inbox, on the tables
+// runB8 created, reports each handled event to the measurement.
+func (b *bench) consume(ctx context.Context, label string, ordered bool, keys int) (row, error) {
 	purpose := "b8_" + label
 	topic, err := b.env.topic(ctx, purpose)
 	if err != nil {
@@ -101,15 +111,20 @@ func (b *bench) consume(ctx context.Context, inbox *txmsg.Inbox, label string, o
 			once.Do(func() { close(done) })
 		}
 	}
+	inbox, err := txmsg.NewInbox(b.env.db, txmsg.InboxConfig{Logger: b.log, Hooks: txmsg.Hooks{consumedFunc(onProcessed)}})
+	if err != nil {
+		return row{}, err
+	}
 	route := txmsg.Handle(txmsg.Topic[OrderCreated]{Name: topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[OrderCreated]) error {
 		return tx.Create(&consumeEffect{MsgID: d.Message.ID, OrderNo: d.Event.OrderNo}).Error
 	})
-	rc := txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group(purpose), Logger: b.log}
+	conn := txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}
+	group := b.env.group(purpose)
 	var c benchConsumer
 	if ordered {
-		c, err = txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{Config: rc, OnProcessed: onProcessed}, inbox, route)
+		c, err = txrmq.NewOrderedConsumer(inbox, []txmsg.Route{route}, txrmq.OrderedConsumerConfig{Conn: conn, Group: group})
 	} else {
-		c, err = txrmq.NewConsumer(txrmq.ConsumerConfig{Config: rc, OnProcessed: onProcessed}, inbox, route)
+		c, err = txrmq.NewConsumer(inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{Conn: conn, Group: group})
 	}
 	if err != nil {
 		return row{}, err
@@ -120,7 +135,7 @@ func (b *bench) consume(ctx context.Context, inbox *txmsg.Inbox, label string, o
 	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
 
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group(purpose + "_pub"), Logger: b.log},
+		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group(purpose + "_pub"),
 		Topics: []string{topic},
 	})
 	if err != nil {

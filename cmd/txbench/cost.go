@@ -227,10 +227,10 @@ func (b *bench) costCases(ctx context.Context, db *gorm.DB) (map[string]any, err
 		return nil, err
 	}
 	defer b.env.dropTable(context.WithoutCancel(ctx), "barrier_cost", "barrier_cost_horizon")
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("cost" + txmsg.NewID()[28:]), Logger: b.log},
+	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group("cost" + txmsg.NewID()[28:]),
 		Topics: []string{topic},
-	}, db, chk)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +341,7 @@ func (b *bench) costCases(ctx context.Context, db *gorm.DB) (map[string]any, err
 // costEvents rows) with one relay and counts its traffic per message.
 func (b *bench) relayCost(ctx context.Context, db *gorm.DB, ob *outbox.Outbox, topic string) (map[string]any, error) {
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("costpub" + txmsg.NewID()[28:]), Logger: b.log},
+		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group("costpub" + txmsg.NewID()[28:]),
 		Topics: []string{topic},
 	})
 	if err != nil {

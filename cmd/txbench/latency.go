@@ -136,7 +136,7 @@ func (b *bench) runB5(ctx context.Context) error {
 	}
 	defer b.env.dropTable(context.WithoutCancel(ctx), "outbox_b5", "outbox_b5_lease", "outbox_b5_relay")
 	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b5"), Logger: b.log},
+		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group("b5"),
 		Topics: []string{topic},
 	})
 	if err != nil {

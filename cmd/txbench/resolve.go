@@ -96,10 +96,10 @@ func (b *bench) runB6c(ctx context.Context, chk *checker.Checker) error {
 	if err != nil {
 		return err
 	}
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{
-		Config: txrmq.Config{NameServers: []string{b.cfg.NameServer}, Group: b.env.group("b6c"), Logger: b.log},
+	tr, err := txrmq.NewTransactional(b.env.db, chk, txrmq.TransactionalConfig{
+		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group("b6c"),
 		Topics: []string{topic},
-	}, b.env.db, chk)
+	})
 	if err != nil {
 		return err
 	}

@@ -96,11 +96,11 @@ func runRelay(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.Log
 	st, err := stack.Outbox(stack.OutboxConfig{
 		Config: stack.Config{
 			DB:       db,
-			RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.RelayGroup},
-			Topics:   []string{topic},
-			Parts:    stack.PartBackground,
-			Logger:   log,
-			Hooks:    txmsg.Hooks{relayHooks{ks}},
+			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.RelayGroup,
+			Topics: []string{topic},
+			Parts:  stack.PartBackground,
+			Logger: log,
+			Hooks:  txmsg.Hooks{relayHooks{ks}},
 		},
 		Relay: outbox.RelayConfig{
 			Name:         name,
@@ -177,21 +177,21 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	// The tx topic goes to a concurrent consumer, the ordered outbox
 	// topic to an ordered one (its own group: a group is consumed one way
 	// or the other), whose handling order I5 checks.
-	c, err := txrmq.NewConsumer(txrmq.ConsumerConfig{
-		Config:            txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.ConsumerGroup, Logger: log},
+	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeTx]}, handler(modeTx))}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{spec.NameServer}, Logger: log}, Group: spec.ConsumerGroup,
 		Concurrency:       8,
 		RetryDelayLevel:   consumerRetryLevel,
 		MaxReconsumeTimes: consumerMaxRetries,
-	}, inbox, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeTx]}, handler(modeTx)))
+	})
 	if err != nil {
 		return err
 	}
-	oc, err := txrmq.NewOrderedConsumer(txrmq.OrderedConsumerConfig{
-		Config:            txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.OrderedGroup, Logger: log},
+	oc, err := txrmq.NewOrderedConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeOutbox]}, handler(modeOutbox))}, txrmq.OrderedConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{spec.NameServer}, Logger: log}, Group: spec.OrderedGroup,
 		MinBackoff:        orderedMinBackoff,
 		MaxBackoff:        orderedMaxBackoff,
 		MaxReconsumeTimes: orderedMaxRetries,
-	}, inbox, txmsg.Handle(txmsg.Topic[orderEvent]{Name: spec.Topics[modeOutbox]}, handler(modeOutbox)))
+	})
 	if err != nil {
 		return err
 	}
@@ -219,10 +219,10 @@ func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 	st, err := stack.Transactional(stack.TransactionalConfig{
 		Config: stack.Config{
 			DB:       db,
-			RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup},
-			Topics:   []string{spec.Topics[modeTx]},
-			Parts:    stack.PartBackground,
-			Logger:   log,
+			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.TxGroup,
+			Topics: []string{spec.Topics[modeTx]},
+			Parts:  stack.PartBackground,
+			Logger: log,
 		},
 		Sweeper: stack.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
 	})

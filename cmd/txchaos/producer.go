@@ -67,11 +67,11 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	topic := spec.Topics[spec.Mode]
 	sc := stack.Config{
 		DB:       db,
-		RocketMQ: txrmq.Config{NameServers: []string{spec.NameServer}, Group: spec.TxGroup},
-		Topics:   []string{topic},
-		Parts:    stack.PartProducer,
-		Logger:   log,
-		Hooks:    txmsg.Hooks{producerHooks{ks}},
+		RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.TxGroup,
+		Topics: []string{topic},
+		Parts:  stack.PartProducer,
+		Logger: log,
+		Hooks:  txmsg.Hooks{producerHooks{ks}},
 	}
 	var st *stack.Stack
 	switch spec.Mode {

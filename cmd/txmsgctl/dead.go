@@ -392,16 +392,16 @@ func (p *publishFlags) resolve(e *env) error {
 
 func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
 	return txrmq.PublisherConfig{
-		Config: txrmq.Config{
+		Conn: txrmq.Conn{
 			NameServers: strings.FieldsFunc(p.nameServers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }),
-			Group:       p.group,
 			Namespace:   p.namespace,
 			AccessKey:   p.accessKey,
 			SecretKey:   p.secretKey,
 			Logger:      e.log,
-			Retries:     1,
 		},
-		Topics: topics,
+		Group:   p.group,
+		Retries: 1,
+		Topics:  topics,
 	}
 }
 

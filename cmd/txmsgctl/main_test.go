@@ -291,13 +291,12 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 	type event struct{ N int }
 	var mu sync.Mutex
 	var got []txmsg.Delivery[event]
-	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: group}},
-		inbox, txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[event]) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, d)
-			return nil
-		}))
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[event]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, d)
+		return nil
+	})}, txrmq.ConsumerConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group})
 	require.NoError(t, err)
 	require.NoError(t, cons.Start(ctx))
 	t.Cleanup(func() { _ = cons.Close(context.Background()) })

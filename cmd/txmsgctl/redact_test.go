@@ -63,17 +63,19 @@ func TestSecretsNeverAppear(t *testing.T) {
 	topic := testbed.Topic(t)
 
 	// Configs themselves, however they are printed or logged.
-	cfg := txrmq.Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "pg"), AccessKey: accessKey, SecretKey: secretKey,
-		SecurityToken: token, Logger: log, ClientLogLevel: slog.LevelDebug, SendTimeout: 500 * time.Millisecond, Retries: 1}
+	cfg := txrmq.Conn{NameServers: []string{"127.0.0.1:1"}, AccessKey: accessKey, SecretKey: secretKey,
+		SecurityToken: token, Logger: log, ClientLogLevel: slog.LevelDebug}
+	txCfg := txrmq.TransactionalConfig{Conn: cfg, Group: testbed.Name(t, "pg"), SendTimeout: 500 * time.Millisecond, Retries: 1, Topics: []string{topic}}
 	sink.add("%v %+v %#v %s", cfg, cfg, cfg, cfg)
-	log.Info("config", "cfg", cfg, "tx", txrmq.TransactionalConfig{Config: cfg})
+	sink.add("%v %+v %#v %s", txCfg, txCfg, txCfg, txCfg)
+	log.Info("config", "cfg", cfg, "tx", txCfg)
 	slog.New(slog.NewTextHandler(sink, nil)).Info("config", "cfg", cfg)
 
 	// A transactional producer and a consumer whose name server is gone.
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
-	tr, err := txrmq.NewTransactional(txrmq.TransactionalConfig{Config: cfg, Topics: []string{topic}}, db, chk)
+	tr, err := txrmq.NewTransactional(db, chk, txCfg)
 	require.NoError(t, err)
 	if err := tr.Start(ctx); err != nil {
 		sink.add("start: %v", err)
@@ -94,10 +96,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 	parked := &txmsg.Received{Message: &txmsg.Message{ID: "some-id", Topic: topic, Body: []byte("?")}, Attempt: 1}
 	require.NoError(t, driver.Park(inbox, ctx, "g", parked, txmsg.ErrDecode))
 	type event struct{}
-	ccfg := cfg
-	ccfg.Group = testbed.Name(t, "cg")
-	cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: ccfg}, inbox,
-		txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil }))
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error { return nil })}, txrmq.ConsumerConfig{Conn: cfg, Group: testbed.Name(t, "cg")})
 	require.NoError(t, err)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = cons.Start(sctx)
@@ -110,8 +109,8 @@ func TestSecretsNeverAppear(t *testing.T) {
 	// the credentials (the test broker does not check them), logging at
 	// debug level.
 	pcfg := cfg
-	pcfg.NameServers, pcfg.Group = []string{testbed.NameServer()}, testbed.Name(t, "pub")
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: pcfg, Topics: []string{topic}})
+	pcfg.NameServers = []string{testbed.NameServer()}
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: pcfg, Group: testbed.Name(t, "pub"), SendTimeout: 500 * time.Millisecond, Retries: 1, Topics: []string{topic}})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	if err := pub.Publish(ctx, &txmsg.Message{Topic: topic, Body: []byte("signed")}); err != nil {

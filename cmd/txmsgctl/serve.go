@@ -62,10 +62,10 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(scrubWriter{e}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if ns := splitList(*namesrv); len(ns) > 0 {
 		cfg.NameServers = ns
-		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-			NameServers: ns, Group: *group, Logger: e.log,
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{
+			NameServers: ns, Logger: e.log,
 			AccessKey: e.getenv("TXMSG_ACCESS_KEY"), SecretKey: e.getenv("TXMSG_SECRET_KEY"),
-		}})
+		}, Group: *group})
 		if err != nil {
 			return usageError("%v", err)
 		}

@@ -160,13 +160,11 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// rocketmq returns the client settings shared by every RocketMQ component
-// of the service, for group.
-func (c *Config) rocketmq(group string, log *slog.Logger, hooks txmsg.Hooks) txrmq.Config {
-	return txrmq.Config{
-		Hooks:       hooks,
+// rocketmq returns the connection settings shared by every RocketMQ
+// component of the service.
+func (c *Config) rocketmq(log *slog.Logger) txrmq.Conn {
+	return txrmq.Conn{
 		NameServers: c.NameServers,
-		Group:       group,
 		Namespace:   c.Namespace,
 		AccessKey:   c.AccessKey,
 		SecretKey:   c.SecretKey,

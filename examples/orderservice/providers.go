@@ -88,9 +88,9 @@ func provideOrderProducer(tr txmsg.Transactor, topic txmsg.Topic[OrderCreated]) 
 func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txmsg.Topic[OrderCreated], inv *Inventory) (*txrmq.Consumer, error) {
 	return txrmq.NewConsumer(
 		// The consumer's events reach the hooks through the inbox.
-		txrmq.ConsumerConfig{Config: cfg.rocketmq(cfg.ConsumerGroup, log, nil)},
 		inbox,
-		txmsg.Handle(topic, inv.OnOrderCreated),
+		[]txmsg.Route{txmsg.Handle(topic, inv.OnOrderCreated)},
+		txrmq.ConsumerConfig{Conn: cfg.rocketmq(log), Group: cfg.ConsumerGroup},
 	)
 }
 
@@ -99,7 +99,8 @@ func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txm
 func stackConfig(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) stack.Config {
 	return stack.Config{
 		DB:       db,
-		RocketMQ: cfg.rocketmq(cfg.ProducerGroup, log, nil),
+		RocketMQ: cfg.rocketmq(log),
+		Group:    cfg.ProducerGroup,
 		Topics:   []string{cfg.Topic},
 		Logger:   log,
 		Hooks:    m.Hooks(),

@@ -47,8 +47,8 @@ func run(ctx context.Context, mode string) (err error) {
 		return fmt.Errorf("open database: %w", err)
 	}
 	topic := txmsg.Topic[Order]{Name: env("QUICKSTART_TOPIC", "quickstart")}
-	rmq := txrmq.Config{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}, Group: topic.Name + "-producer"}
-	cfg := stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic.Name}}
+	rmq := txrmq.Conn{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}}
+	cfg := stack.Config{DB: db, RocketMQ: rmq, Group: topic.Name + "-producer", Topics: []string{topic.Name}}
 
 	// The mode: everything below this switch is the same in both.
 	var st *stack.Stack
@@ -70,18 +70,18 @@ func run(ctx context.Context, mode string) (err error) {
 	}
 	order := Order{ID: txmsg.NewID(), Amount: 42}
 	handled := make(chan struct{}, 1)
-	consumerCfg := txrmq.ConsumerConfig{Config: txrmq.Config{NameServers: rmq.NameServers, Group: topic.Name + "-consumer"}}
-	consumer, err := txrmq.NewConsumer(consumerCfg, inbox, txmsg.Handle(topic,
-		func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Order]) error {
-			fmt.Printf("handling order %s (amount %d), delivery %d\n", d.Event.ID, d.Event.Amount, d.Attempt)
-			if d.Event.ID == order.ID {
-				select {
-				case handled <- struct{}{}:
-				default:
-				}
+	route := txmsg.Handle(topic, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Order]) error {
+		fmt.Printf("handling order %s (amount %d), delivery %d\n", d.Event.ID, d.Event.Amount, d.Attempt)
+		if d.Event.ID == order.ID {
+			select {
+			case handled <- struct{}{}:
+			default:
 			}
-			return nil // writes through tx commit together with the inbox row
-		}))
+		}
+		return nil // writes through tx commit together with the inbox row
+	})
+	consumerCfg := txrmq.ConsumerConfig{Conn: rmq, Group: topic.Name + "-consumer"}
+	consumer, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, consumerCfg)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ import (
 
 func main() {
 	hooks := txmsg.Hooks{txprom.New(txprom.Config{}), txotel.New(txotel.Config{})}
-	cfg := txrmq.PublisherConfig{Config: txrmq.Config{Hooks: hooks}}
+	cfg := txrmq.PublisherConfig{Hooks: hooks}
 	fmt.Println(len(hooks), cfg.Group == "", outbox.DefaultTable, checker.DefaultTable, txmsg.NewID() != "")
 }
 `

@@ -134,9 +134,7 @@ func New(t testing.TB, o Options) *Bed {
 	if o.Broker {
 		testbed.RequireBroker(t)
 		b.Topic = testbed.Topic(t)
-		b.Pub, err = txrmq.NewPublisher(txrmq.PublisherConfig{Config: txrmq.Config{
-			NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "dpg"), Logger: log,
-		}, Topics: []string{b.Topic}})
+		b.Pub, err = txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "dpg"), Topics: []string{b.Topic}})
 		must(err)
 		must(b.Pub.Start(ctx))
 		t.Cleanup(func() { _ = b.Pub.Close(context.Background()) })
@@ -153,9 +151,10 @@ func New(t testing.TB, o Options) *Bed {
 		route := txmsg.Handle(txmsg.Topic[Event]{Name: b.Topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[Event]) error {
 			return nil // the inbox row is the effect the tests look for
 		})
-		cons, err := txrmq.NewConsumer(txrmq.ConsumerConfig{Config: txrmq.Config{
-			NameServers: []string{testbed.NameServer()}, Group: b.Group, Logger: log,
-		}, RetryDelayLevel: 1}, b.Inbox, route)
+		cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+			Conn:  txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log},
+			Group: b.Group, RetryDelayLevel: 1,
+		})
 		must(err)
 		must(cons.Start(ctx))
 		t.Cleanup(func() { _ = cons.Close(context.Background()) })
