@@ -20,7 +20,7 @@ func TestPurgeDeadSparesRowRequeuedMidway(t *testing.T) {
 	ids := e.send(3, "race")
 	past := time.Now().UTC().Add(-2 * time.Hour)
 	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids).
-		Updates(map[string]any{"status": StatusDead, "updated_at": past}).Error)
+		Updates(map[string]any{"status": StatusParked, "updated_at": past}).Error)
 
 	// Between the purge's SELECT and its DELETE, the row is requeued
 	// through the library, on another connection of the pool.
@@ -33,7 +33,7 @@ func TestPurgeDeadSparesRowRequeuedMidway(t *testing.T) {
 		}
 	}))
 
-	n, err := e.ob.PurgeDead(ctx, time.Hour, 0)
+	n, err := e.ob.PurgeParked(ctx, time.Hour, 0)
 	require.NoError(t, err)
 	require.True(t, fired.Load())
 	require.EqualValues(t, 2, n)
@@ -45,30 +45,31 @@ func TestPurgeDeadSparesRowRequeuedMidway(t *testing.T) {
 
 // TestRowsAndDeleteDead: Rows finds rows by txmsg ID in any status;
 // DeleteDead deletes only the dead ones among the IDs.
-func TestRowsAndDeleteDead(t *testing.T) {
+func TestRowsAndDeleteParked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	ctx := context.Background()
 	ids := e.send(3, "ops")
-	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids[:2]).Update("status", StatusDead).Error)
+	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids[:2]).Update("status", StatusParked).Error)
 
-	rows, err := e.ob.Rows(ctx, ids[2], ids[0], "missing")
+	rows, err := e.ob.List(ctx, ListFilter{IDs: []string{ids[2], ids[0], "missing"}})
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	require.Equal(t, ids[0], rows[0].MsgID, "in id order")
-	require.Equal(t, StatusDead, rows[0].Status)
+	require.Equal(t, StatusParked, rows[0].Status)
 	require.Equal(t, StatusPending, rows[1].Status)
-	rows, err = e.ob.Rows(ctx)
+	rows, err = e.ob.List(ctx, ListFilter{Status: StatusParked})
 	require.NoError(t, err)
-	require.Empty(t, rows)
+	require.Len(t, rows, 1)
+	require.Equal(t, ids[0], rows[0].MsgID)
 
-	n, err := e.ob.DeleteDead(ctx, ids...)
+	n, err := e.ob.DeleteParked(ctx, ids...)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the pending row is not dead")
 	left := e.rows("")
 	require.Len(t, left, 1)
 	require.Equal(t, ids[2], left[0].MsgID)
-	n, err = e.ob.DeleteDead(ctx)
+	n, err = e.ob.DeleteParked(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

@@ -177,7 +177,7 @@ func TestRemarkLeavesChangedRows(t *testing.T) {
 	require.NoError(t, r.remark(ctx))
 	require.Nil(t, r.unmarked)
 
-	got, err := e.ob.Rows(ctx, ids...)
+	got, err := e.ob.List(ctx, ListFilter{IDs: ids})
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	require.Equal(t, StatusSent, got[0].Status)
