@@ -18,8 +18,18 @@ import (
 // relays register in with a "_relay" suffix.
 const DefaultTable = "txmsg_outbox"
 
-// Status is the state of an outbox row.
+// Status is the state of an outbox row, as stored in the status column.
 type Status string
+
+// Name returns the status's name as txmsg's tools show it: pending, sent
+// or parked. string(s) is the stored value, which for [StatusParked] is
+// "dead".
+func (s Status) Name() string {
+	if s == StatusParked {
+		return "parked"
+	}
+	return string(s)
+}
 
 const (
 	// StatusPending rows wait for a relay to publish them.

@@ -41,7 +41,7 @@ func run(ctx context.Context) (err error) {
 	rmq := txrmq.Config{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}, Group: topic.Name + "-producer"}
 
 	// Local-table mode: the outbox table, and a relay that publishes it.
-	st, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic.Name}}})
+	st, err := stack.Outbox(db, stack.OutboxConfig{Config: stack.Config{RocketMQ: rmq, Topics: []string{topic.Name}}})
 	if err != nil {
 		return err
 	}

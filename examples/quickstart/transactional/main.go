@@ -41,7 +41,7 @@ func run(ctx context.Context) (err error) {
 	rmq := txrmq.Config{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}, Group: topic.Name + "-producer"}
 
 	// Transactional mode: the barrier table, the transactional producer and the sweeper.
-	st, err := stack.Transactional(stack.TransactionalConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Topics: []string{topic.Name}}})
+	st, err := stack.Transactional(db, stack.TransactionalConfig{Config: stack.Config{RocketMQ: rmq, Topics: []string{topic.Name}}})
 	if err != nil {
 		return err
 	}
