@@ -13,7 +13,7 @@ import (
 // TestPurgeDeadSparesRowRequeuedMidway: an operator requeues a dead row
 // after PurgeDead has selected it and before it deletes it. The row is
 // pending again and must be published, not deleted.
-func TestPurgeDeadSparesRowRequeuedMidway(t *testing.T) {
+func TestPurgeParkedSparesRowRequeuedMidway(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	ctx := context.Background()
@@ -45,7 +45,7 @@ func TestPurgeDeadSparesRowRequeuedMidway(t *testing.T) {
 
 // TestRowsAndDeleteDead: Rows finds rows by txmsg ID in any status;
 // DeleteDead deletes only the dead ones among the IDs.
-func TestRowsAndDeleteParked(t *testing.T) {
+func TestListByIDsAndDeleteParked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	ctx := context.Background()
@@ -60,8 +60,14 @@ func TestRowsAndDeleteParked(t *testing.T) {
 	require.Equal(t, StatusPending, rows[1].Status)
 	rows, err = e.ob.List(ctx, ListFilter{Status: StatusParked})
 	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, ids[:2], []string{rows[0].MsgID, rows[1].MsgID})
+	rows, err = e.ob.List(ctx, ListFilter{Status: StatusParked, IDs: ids[1:]})
+	require.NoError(t, err)
 	require.Len(t, rows, 1)
-	require.Equal(t, ids[0], rows[0].MsgID)
+	require.Equal(t, ids[1], rows[0].MsgID)
+	_, err = e.ob.List(ctx, ListFilter{IDs: make([]string, MaxListLimit+1)})
+	require.ErrorIs(t, err, ErrBadFilter)
 
 	n, err := e.ob.DeleteParked(ctx, ids...)
 	require.NoError(t, err)
