@@ -76,7 +76,7 @@ func publisherAt(t *testing.T, addr string) *txrmq.Publisher {
 
 // TestBrokerLongOutageNoDeadRows: relays with MaxAttempts 3 and tiny
 // backoffs fail for seconds against a name server nobody answers (many
-// times more failed cycles than MaxAttempts). No row goes dead: they wait,
+// times more failed cycles than MaxAttempts). No row is parked: they wait,
 // show in Stats.Waiting and in the Health of every relay (each leases
 // buckets with waiting rows: there is a key per bucket), and go out, in
 // key order, once the relays reach the real broker, either by being
@@ -140,7 +140,7 @@ func TestBrokerLongOutageNoDeadRows(t *testing.T) {
 				return e.stats().Parked > 0 || (pub.least(tried) >= 4*3 && time.Since(began) > 3*time.Second)
 			}, 2*time.Minute, 50*time.Millisecond, "rows tried four times MaxAttempts, for seconds")
 			s := e.stats()
-			require.Zero(t, s.Parked, "a broker outage makes no row dead")
+			require.Zero(t, s.Parked, "a broker outage parks no row")
 			require.EqualValues(t, n, s.Pending)
 			require.EqualValues(t, len(tried), s.Waiting, "the rows tried wait for the broker")
 			for _, row := range e.rows("") {
@@ -218,7 +218,7 @@ func requireStoredInKeyOrder(t *testing.T, obs *testbed.Observer, keys, perKeyN 
 
 // TestBrokerRejectedMessageGoesDead: a message the broker itself refuses
 // (a body over its 4 MiB maxMessageSize) still counts its attempts and is
-// dead after MaxAttempts, while the messages around it go out.
+// parked after MaxAttempts, while the messages around it go out.
 func TestBrokerRejectedMessageGoesDead(t *testing.T) {
 	t.Parallel()
 	testbed.QuietClientLogs()

@@ -10,8 +10,8 @@ import (
 	"gorm.io/gorm"
 )
 
-// TestPurgeDeadSparesRowRequeuedMidway: an operator requeues a dead row
-// after PurgeDead has selected it and before it deletes it. The row is
+// TestPurgeParkedSparesRowRequeuedMidway: an operator requeues a parked row
+// after PurgeParked has selected it and before it deletes it. The row is
 // pending again and must be published, not deleted.
 func TestPurgeParkedSparesRowRequeuedMidway(t *testing.T) {
 	t.Parallel()
@@ -43,8 +43,8 @@ func TestPurgeParkedSparesRowRequeuedMidway(t *testing.T) {
 	require.Equal(t, StatusPending, rows[0].Status)
 }
 
-// TestRowsAndDeleteDead: Rows finds rows by txmsg ID in any status;
-// DeleteDead deletes only the dead ones among the IDs.
+// TestListByIDsAndDeleteParked: List finds rows by txmsg ID in any status;
+// DeleteParked deletes only the parked ones among the IDs.
 func TestListByIDsAndDeleteParked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
@@ -71,7 +71,7 @@ func TestListByIDsAndDeleteParked(t *testing.T) {
 
 	n, err := e.ob.DeleteParked(ctx, ids...)
 	require.NoError(t, err)
-	require.EqualValues(t, 2, n, "the pending row is not dead")
+	require.EqualValues(t, 2, n, "the pending row is not parked")
 	left := e.rows("")
 	require.Len(t, left, 1)
 	require.Equal(t, ids[2], left[0].MsgID)

@@ -140,7 +140,7 @@ func TestRelayPartialBatchFailure(t *testing.T) {
 	}
 }
 
-// TestRelayPoisonGoesDead: a message the publisher always rejects is dead
+// TestRelayPoisonIsParked: a message the publisher always rejects is parked
 // after MaxAttempts, shows in Stats, and can be requeued.
 func TestRelayPoisonIsParked(t *testing.T) {
 	t.Parallel()
