@@ -216,10 +216,10 @@ func requireStoredInKeyOrder(t *testing.T, obs *testbed.Observer, keys, perKeyN 
 	}
 }
 
-// TestBrokerRejectedMessageGoesDead: a message the broker itself refuses
+// TestBrokerRejectedMessageIsParked: a message the broker itself refuses
 // (a body over its 4 MiB maxMessageSize) still counts its attempts and is
 // parked after MaxAttempts, while the messages around it go out.
-func TestBrokerRejectedMessageGoesDead(t *testing.T) {
+func TestBrokerRejectedMessageIsParked(t *testing.T) {
 	t.Parallel()
 	testbed.QuietClientLogs()
 	testbed.RequireBroker(t)

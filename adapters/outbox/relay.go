@@ -24,7 +24,7 @@ import (
 // that fails after publishing (a deadlock victim, a lock wait timeout, a
 // lost connection) does not count: the relay marks the rows in a new
 // transaction before it claims again.
-// Relays share the rows through bucket leases (see [RelayConfig.Buckets]).
+// Relays share the rows through bucket leases (see [Config.Buckets]).
 type Relay struct {
 	ob  *Outbox
 	db  *gorm.DB
