@@ -104,6 +104,45 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// WithDefaults returns c with its zero fields set to their defaults:
+// Table [DefaultTable], ResolveTimeout [DefaultResolveTimeout],
+// CheckWindow [DefaultCheckWindow], Logger slog.Default(). It checks
+// nothing; see [Config.Validate].
+func (c Config) WithDefaults() Config {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.ResolveTimeout == 0 {
+		c.ResolveTimeout = DefaultResolveTimeout
+	}
+	if c.CheckWindow == 0 {
+		c.CheckWindow = DefaultCheckWindow
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks a config that went through [Config.WithDefaults]: a
+// zero field that has a default is refused. Its errors wrap
+// [txmsg.ErrInvalidConfig] and name the field.
+func (c Config) Validate() error {
+	if !store.ValidIdent(c.Table) || !store.ValidIdent(c.Table+horizonSuffix) {
+		return fmt.Errorf("%w: checker: Table %q is not a plain SQL identifier of at most %d characters", txmsg.ErrInvalidConfig, c.Table, 64-len(horizonSuffix))
+	}
+	if c.ResolveTimeout <= 0 {
+		return fmt.Errorf("%w: checker: ResolveTimeout %v must be positive", txmsg.ErrInvalidConfig, c.ResolveTimeout)
+	}
+	if c.CheckWindow <= 0 {
+		return fmt.Errorf("%w: checker: CheckWindow %v must be positive", txmsg.ErrInvalidConfig, c.CheckWindow)
+	}
+	if c.Logger == nil {
+		return fmt.Errorf("%w: checker: Logger is nil; call WithDefaults first", txmsg.ErrInvalidConfig)
+	}
+	return nil
+}
+
 // Checker reads and writes the barrier table.
 type Checker struct {
 	db     *gorm.DB
@@ -116,7 +155,8 @@ type Checker struct {
 // local transactions, ideally through the same pool, and its MySQL DSN
 // must carry parseTime=true: without it New returns an error wrapping
 // [txmsg.ErrInvalidConfig] that says so. A db over a *sql.DB of the
-// caller's (gorm's mysql.New with Conn) is checked with one query.
+// caller's (gorm's mysql.New with Conn) is checked with one query. cfg
+// goes through [Config.WithDefaults] and [Config.Validate].
 func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: checker: db is nil", txmsg.ErrInvalidConfig)
@@ -124,23 +164,9 @@ func New(db *gorm.DB, cfg Config) (*Checker, error) {
 	if err := store.CheckParseTime(db); err != nil {
 		return nil, fmt.Errorf("%w: checker: %w", txmsg.ErrInvalidConfig, err)
 	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
-	if !store.ValidIdent(cfg.Table) || !store.ValidIdent(cfg.Table+horizonSuffix) {
-		return nil, fmt.Errorf("%w: checker: table name %q is not a plain SQL identifier of at most %d characters", txmsg.ErrInvalidConfig, cfg.Table, 64-len(horizonSuffix))
-	}
-	if cfg.ResolveTimeout < 0 || cfg.CheckWindow < 0 {
-		return nil, fmt.Errorf("%w: checker: durations must not be negative", txmsg.ErrInvalidConfig)
-	}
-	if cfg.ResolveTimeout == 0 {
-		cfg.ResolveTimeout = DefaultResolveTimeout
-	}
-	if cfg.CheckWindow == 0 {
-		cfg.CheckWindow = DefaultCheckWindow
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	return &Checker{db: db, q: store.Quiet(db), cfg: cfg, logger: cfg.Logger.With("component", "txmsg.checker", "table", cfg.Table)}, nil
 }

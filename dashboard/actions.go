@@ -121,8 +121,8 @@ func (d *Dashboard) outboxRequeue(r *http.Request, who string) (*actionResult, e
 	if err != nil {
 		return nil, err
 	}
-	return &actionResult{msg: fmt.Sprintf("Requeued %d of %d selected row(s); rows that were not dead were left alone.", n, len(ids)),
-		back: backTo(r, "/outbox?status=dead")}, nil
+	return &actionResult{msg: fmt.Sprintf("Requeued %d of %d selected row(s); rows that were not parked were left alone.", n, len(ids)),
+		back: backTo(r, "/outbox?status=parked")}, nil
 }
 
 func (d *Dashboard) outboxPurge(r *http.Request, who string) (*actionResult, error) {
@@ -130,13 +130,13 @@ func (d *Dashboard) outboxPurge(r *http.Request, who string) (*actionResult, err
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.ob.DeleteDead(r.Context(), ids...)
+	n, err := d.ob.DeleteParked(r.Context(), ids...)
 	d.log.Info("dashboard action", "who", who, "action", "outbox.purge", "txmsg_ids", ids, "deleted", n, "err", err)
 	if err != nil {
 		return nil, err
 	}
-	return &actionResult{msg: fmt.Sprintf("Deleted %d of %d selected dead row(s); rows that were not dead were kept.", n, len(ids)),
-		back: backTo(r, "/outbox?status=dead")}, nil
+	return &actionResult{msg: fmt.Sprintf("Deleted %d of %d selected parked row(s); rows that were not parked were kept.", n, len(ids)),
+		back: backTo(r, "/outbox?status=parked")}, nil
 }
 
 // formGroup is the consumer group a parked-message action applies to.

@@ -34,7 +34,7 @@ func TestSafeNextKeepsTheRedirectOnThisSite(t *testing.T) {
 		assert.Equal(t, "/", safeNext(next), "%q", next)
 	}
 	good := []string{
-		"/", "/outbox", "/outbox?status=dead", "/outbox?status=dead&key=order-17&limit=10",
+		"/", "/outbox", "/outbox?status=parked", "/outbox?status=parked&key=order-17&limit=10",
 		"/outbox/row?id=01J9ZK3R6Y2Q8V4E7T5W1N0M3P", "/consumers/message?group=shipping&id=01J9",
 		"/tx?q=order%2F17", "/tx?q=a%2F%2Fb", "/tx?q=%5C", "/broker", "/outbox?key=a//b",
 	}
@@ -42,7 +42,7 @@ func TestSafeNextKeepsTheRedirectOnThisSite(t *testing.T) {
 		assert.Equal(t, next, safeNext(next), "%q", next)
 	}
 	// What the dashboard itself puts in next: a request URI, query-escaped.
-	for _, uri := range []string{"/outbox?status=dead&topic=orders", "/tx?q=x%20y"} {
+	for _, uri := range []string{"/outbox?status=parked&topic=orders", "/tx?q=x%20y"} {
 		dec, err := url.QueryUnescape(url.QueryEscape(uri))
 		require.NoError(t, err)
 		require.Equal(t, uri, safeNext(dec))

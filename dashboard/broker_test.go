@@ -17,7 +17,7 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// TestRequeueAndReplayReachTheBroker: a dead row requeued through the
+// TestRequeueAndReplayReachTheBroker: a parked row requeued through the
 // dashboard is published by the relay and arrives on the real broker with
 // its txmsg ID; a parked message replayed through it is delivered again
 // to the group that parked it alone and handled by its inbox.
@@ -25,7 +25,7 @@ func TestRequeueAndReplayReachTheBroker(t *testing.T) {
 	t.Parallel()
 	const token = "tok-71aa02c9d3e4"
 	b := dashtest.New(t, dashtest.Options{Broker: true, Token: token, AllowActions: true})
-	dead := b.DeadRow("order-41", dashtest.Body(dashtest.Event{Order: "o-41", Qty: 2}), "send: timeout")
+	dead := b.ParkedRow("order-41", dashtest.Body(dashtest.Event{Order: "o-41", Qty: 2}), "send: timeout")
 	parked := b.Parked(b.Group, "order-42", dashtest.Body(dashtest.Event{Order: "o-42", Qty: 5}), "decoder v1 rejected qty")
 	c := client(t)
 	csrf := login(t, b, c, token)

@@ -5,7 +5,7 @@
 // Pages: an overview (outbox depth and age, relays' bucket leases, barrier
 // rows, inbox and parked counts per consumer group, the health of the
 // components given in [Config.Health], and a chart of the last hour), the
-// outbox's dead and pending rows, the messages consumers parked, a lookup
+// outbox's parked and pending rows, the messages consumers parked, a lookup
 // of one transaction by txmsg ID or message key, and, with name servers
 // configured, consumer lag per topic on the broker.
 //

@@ -91,8 +91,8 @@ func TestPagesShowRealRows(t *testing.T) {
 		{Name: "always-ok", Check: func(context.Context) error { return nil }},
 		{Name: "broken-part", Check: func(context.Context) error { return io.ErrUnexpectedEOF }},
 	}})
-	dead := b.DeadRow("order-17", dashtest.Body(dashtest.Event{Order: "o-17", Qty: 3}), "send to topic: broker answered status 2")
-	binDead := b.DeadRow("order-18", []byte{0x00, 0xff, 0x10, 0x80}, "boom")
+	dead := b.ParkedRow("order-17", dashtest.Body(dashtest.Event{Order: "o-17", Qty: 3}), "send to topic: broker answered status 2")
+	binDead := b.ParkedRow("order-18", []byte{0x00, 0xff, 0x10, 0x80}, "boom")
 	pending := b.PendingRow("order-19", dashtest.Event{Order: "o-19", Qty: 1})
 	b.Barrier(pending)
 	b.Handled("billing", pending)
@@ -101,25 +101,25 @@ func TestPagesShowRealRows(t *testing.T) {
 
 	ov := get(t, c, b.URL)
 	require.Equal(t, http.StatusOK, ov.status, ov.body)
-	for _, want := range []string{`id="dead-count">2<`, `id="pending-count">1<`, "billing", "shipping", "always-ok", "broken-part", "unexpected EOF", "<svg", Mount("/static/app.css")} {
+	for _, want := range []string{`id="parked-count">2<`, `id="pending-count">1<`, "billing", "shipping", "always-ok", "broken-part", "unexpected EOF", "<svg", Mount("/static/app.css")} {
 		require.Contains(t, ov.body, want)
 	}
 
-	list := get(t, c, b.URL+"outbox?status=dead")
+	list := get(t, c, b.URL+"outbox?status=parked")
 	require.Equal(t, http.StatusOK, list.status)
 	require.Contains(t, list.body, dead)
 	require.Contains(t, list.body, binDead)
 	require.NotContains(t, list.body, pending)
 	require.Contains(t, list.body, "broker answered status 2")
 	// Filters: by key, by topic, by age.
-	byKey := get(t, c, b.URL+"outbox?status=dead&key=order-17")
+	byKey := get(t, c, b.URL+"outbox?status=parked&key=order-17")
 	require.Contains(t, byKey.body, dead)
 	require.NotContains(t, byKey.body, binDead)
-	require.NotContains(t, get(t, c, b.URL+"outbox?status=dead&topic=other_topic").body, dead)
-	require.NotContains(t, get(t, c, b.URL+"outbox?status=dead&older=1h").body, dead)
-	require.Contains(t, get(t, c, b.URL+"outbox?status=dead&older=5m").body, dead)
+	require.NotContains(t, get(t, c, b.URL+"outbox?status=parked&topic=other_topic").body, dead)
+	require.NotContains(t, get(t, c, b.URL+"outbox?status=parked&older=1h").body, dead)
+	require.Contains(t, get(t, c, b.URL+"outbox?status=parked&older=5m").body, dead)
 	// Pagination: one row per page links to the next.
-	p1 := get(t, c, b.URL+"outbox?status=dead&limit=1")
+	p1 := get(t, c, b.URL+"outbox?status=parked&limit=1")
 	require.Contains(t, p1.body, dead)
 	require.NotContains(t, p1.body, binDead)
 	require.Contains(t, p1.body, `id="next-page"`)
@@ -168,10 +168,10 @@ func Mount(p string) string { return dashtest.Mount + p }
 func TestReadOnlyByDefault(t *testing.T) {
 	t.Parallel()
 	b := dashtest.New(t, dashtest.Options{})
-	dead := b.DeadRow("k", []byte(`{}`), "x")
+	dead := b.ParkedRow("k", []byte(`{}`), "x")
 	parked := b.Parked("g1", "k", []byte("x"), "bad")
 	c := client(t)
-	page := get(t, c, b.URL+"outbox?status=dead")
+	page := get(t, c, b.URL+"outbox?status=parked")
 	require.NotContains(t, page.body, `id="requeue"`)
 	for _, path := range []string{"outbox/requeue", "outbox/purge"} {
 		res := do(t, c, "POST", b.URL+path, url.Values{"id": {dead}}, nil)
@@ -182,7 +182,7 @@ func TestReadOnlyByDefault(t *testing.T) {
 		res := do(t, c, "POST", b.URL+path, url.Values{"id": {parked}, "group": {"g1"}}, nil)
 		require.Equal(t, http.StatusForbidden, res.status, path)
 	}
-	require.Equal(t, outbox.StatusDead, b.Status(dead))
+	require.Equal(t, outbox.StatusParked, b.Status(dead))
 	_, err := b.Inbox.ParkedMessage(context.Background(), "g1", parked)
 	require.NoError(t, err)
 	_, err = dashboard.New(dashboard.Config{DB: b.DB, AllowActions: true})
@@ -243,14 +243,14 @@ func TestTokenGuardsEveryPage(t *testing.T) {
 
 // TestActionsNeedCSRFAndAreLogged: an action without the CSRF token, with
 // a wrong one, or from another site is refused and changes nothing; with
-// it, requeue and purge act on the selected dead rows only and the log
+// it, requeue and purge act on the selected parked rows only and the log
 // says who did what.
 func TestActionsNeedCSRFAndAreLogged(t *testing.T) {
 	t.Parallel()
 	const token = "tok-5e8a0c4d2f61"
 	b := dashtest.New(t, dashtest.Options{Token: token, AllowActions: true})
-	dead1 := b.DeadRow("k1", []byte(`{"a":1}`), "x")
-	dead2 := b.DeadRow("k2", []byte(`{"a":2}`), "x")
+	dead1 := b.ParkedRow("k1", []byte(`{"a":1}`), "x")
+	dead2 := b.ParkedRow("k2", []byte(`{"a":2}`), "x")
 	parked := b.Parked("g1", "k3", []byte("zz"), "bad")
 	c := client(t)
 	csrf := login(t, b, c, token)
@@ -268,22 +268,22 @@ func TestActionsNeedCSRFAndAreLogged(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, res.status, name)
 		require.Contains(t, res.body, "CSRF", name)
 	}
-	require.Equal(t, outbox.StatusDead, b.Status(dead1))
+	require.Equal(t, outbox.StatusParked, b.Status(dead1))
 	// Bearer-token clients need the CSRF token too.
 	bearer := do(t, client(t), "POST", b.URL+"outbox/requeue", url.Values{"id": {dead1}}, map[string]string{"Authorization": "Bearer " + token})
 	require.Equal(t, http.StatusForbidden, bearer.status)
 
-	res := do(t, c, "POST", b.URL+"outbox/requeue", url.Values{"id": {dead1}, "csrf": {csrf}, "back": {"/outbox?status=dead"}}, nil)
+	res := do(t, c, "POST", b.URL+"outbox/requeue", url.Values{"id": {dead1}, "csrf": {csrf}, "back": {"/outbox?status=parked"}}, nil)
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
 	require.Equal(t, outbox.StatusPending, b.Status(dead1))
-	require.Equal(t, outbox.StatusDead, b.Status(dead2))
+	require.Equal(t, outbox.StatusParked, b.Status(dead2))
 	back := get(t, c, b.Server.URL+res.header.Get("Location"))
 	require.Contains(t, back.body, "Requeued 1 of 1 selected row(s)")
 	// A forged message in the link is not shown.
 	forged := get(t, c, b.URL+"outbox?done=SGFja2Vk.0123456789abcdef0123456789abcdef")
 	require.NotContains(t, forged.body, `id="flash"`)
 
-	// Purge deletes dead rows only: the requeued (now pending) one stays.
+	// Purge deletes parked rows only: the requeued (now pending) one stays.
 	res = do(t, c, "POST", b.URL+"outbox/purge", url.Values{"id": {dead1, dead2}, "csrf": {csrf}}, nil)
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
 	require.Equal(t, outbox.StatusPending, b.Status(dead1))
@@ -325,7 +325,7 @@ func TestBadInputGetsAClearMessage(t *testing.T) {
 		{"outbox?limit=ten", 400, "not a number"},
 		{"outbox?older=yesterday", 400, "not an age"},
 		{"outbox?older=-5m", 400, "not an age"},
-		{"outbox?status=lost", 400, "not dead, pending, sent or all"},
+		{"outbox?status=lost", 400, "not parked, pending, sent or all"},
 		{"outbox?after=abc", 400, "not a row number"},
 		{"outbox?topic=" + long, 400, "at most 255 bytes"},
 		{"outbox/row?id=no-such-id", 404, "No outbox row has txmsg ID"},
@@ -458,11 +458,11 @@ func serveAs(d http.Handler, peer, host, path string, hdr map[string]string) *ht
 func TestHostHeaderIsChecked(t *testing.T) {
 	t.Parallel()
 	b := dashtest.New(t, dashtest.Options{})
-	dead := b.DeadRow("k", []byte(`{"secret":"s3cr3t-body"}`), "x")
+	dead := b.ParkedRow("k", []byte(`{"secret":"s3cr3t-body"}`), "x")
 	forged := []string{"evil.example", "evil.example:8089", "127.0.0.1.evil.example:8089", "localhost.evil.example",
 		"rebind.attacker.test:80", "10.0.0.7:8089", "", "dash.example.com"}
 	for _, host := range forged {
-		for _, path := range []string{"/", "/outbox?status=dead", "/outbox/row?id=" + dead} {
+		for _, path := range []string{"/", "/outbox?status=parked", "/outbox/row?id=" + dead} {
 			w := serveAs(b.Dash, "127.0.0.1:50000", host, path, nil)
 			require.Equal(t, http.StatusForbidden, w.Code, "%s %s", host, path)
 			require.Contains(t, w.Body.String(), "AllowedHosts", host)
@@ -532,12 +532,12 @@ func TestLoginRedirectStaysOnThisSite(t *testing.T) {
 		require.Equal(t, http.StatusOK, page.Code)
 		assert.Contains(t, page.Body.String(), `name="next" value="/"`, "%q", next)
 	}
-	form := url.Values{"token": {token}, "next": {"/outbox?status=dead&key=k"}}
+	form := url.Values{"token": {token}, "next": {"/outbox?status=parked&key=k"}}
 	req := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	w := httptest.NewRecorder()
 	b.Dash.ServeHTTP(w, req)
-	require.Equal(t, "/outbox?status=dead&key=k", w.Header().Get("Location"))
+	require.Equal(t, "/outbox?status=parked&key=k", w.Header().Get("Location"))
 }
 
 // TestLargeBodiesAreCutWithADownload stores a 7.3 MB text body in a dead
@@ -549,7 +549,7 @@ func TestLargeBodiesAreCutWithADownload(t *testing.T) {
 	t.Parallel()
 	b := dashtest.New(t, dashtest.Options{})
 	text := []byte(strings.Repeat("€ order line ", 7_300_000/15))
-	dead := b.DeadRow("big", text, "message too large")
+	dead := b.ParkedRow("big", text, "message too large")
 	parked := b.Parked("shipping", "big", text[:6_000_000], "not json")
 	c := client(t)
 	for _, tc := range []struct{ page, download string }{

@@ -230,11 +230,17 @@ func parseAfter(q url.Values) (int64, error) {
 func (d *Dashboard) outboxList(r *http.Request) (string, string, any, error) {
 	q := r.URL.Query()
 	f := outboxFilter{Status: q.Get("status")}
-	if f.Status == "" {
-		f.Status = string(outbox.StatusDead)
-	}
-	if f.Status != string(outbox.StatusDead) && f.Status != string(outbox.StatusPending) && f.Status != string(outbox.StatusSent) && f.Status != "all" {
-		return "", "", nil, badRequest("status %q is not dead, pending, sent or all.", short(40, f.Status))
+	var status outbox.Status
+	switch f.Status {
+	case "", "parked", "dead": // dead: the name of earlier releases
+		f.Status, status = "parked", outbox.StatusParked
+	case "pending":
+		status = outbox.StatusPending
+	case "sent":
+		status = outbox.StatusSent
+	case "all":
+	default:
+		return "", "", nil, badRequest("status %q is not parked, pending, sent or all.", short(40, f.Status))
 	}
 	var err error
 	if f.Topic, err = text(q, "topic"); err != nil {
@@ -251,9 +257,7 @@ func (d *Dashboard) outboxList(r *http.Request) (string, string, any, error) {
 		return "", "", nil, err
 	}
 	lf := outbox.ListFilter{Topic: f.Topic, Key: f.Key, AfterID: after, Limit: f.Limit + 1}
-	if f.Status != "all" {
-		lf.Status = outbox.Status(f.Status)
-	}
+	lf.Status = status
 	if f.Age = strings.TrimSpace(q.Get("older")); f.Age != "" {
 		age, err := time.ParseDuration(f.Age)
 		if err != nil || age < 0 {

@@ -3,9 +3,7 @@ package stack
 import (
 	"fmt"
 	"log/slog"
-	"time"
-
-	"gorm.io/gorm"
+	"reflect"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
@@ -20,7 +18,7 @@ const (
 )
 
 // SweeperSuffix is appended to the producer group to name the sweeper's
-// group when [SweeperConfig.Group] is empty.
+// group when TransactionalConfig.Sweeper.Group is empty.
 const SweeperSuffix = "-sweeper"
 
 // Part is a set of a stack's parts; see [Config.Parts].
@@ -52,12 +50,9 @@ func (p Part) String() string {
 	}
 }
 
-// Config is what both modes need.
+// Config is what both modes need. The service's database is not part of
+// it: it is the first argument of [Transactional] and [Outbox].
 type Config struct {
-	// DB is the service's database: the stack's tables live in it and the
-	// local transactions run on it. The MySQL DSN needs parseTime=true;
-	// the constructors refuse a handle without it. Required.
-	DB *gorm.DB
 	// RocketMQ reaches the cluster. Required, except for a local-table
 	// stack that runs only [PartProducer], which needs no broker. Its
 	// Logger, when set, is the RocketMQ parts' logger instead of
@@ -67,20 +62,14 @@ type Config struct {
 	// documentation for the groups derived from it. Required where
 	// RocketMQ is.
 	Group string
-	// SendTimeout, Retries and MaxBodySize are the RocketMQ producers'
-	// settings of those names (see [txrmq.TransactionalConfig]); zero
-	// means their defaults.
-	SendTimeout time.Duration
-	Retries     int
-	MaxBodySize int
 	// Topics are the topics the service publishes to. The producers fetch
 	// their routes at Start, and in transactional mode Health checks them.
 	// Optional but recommended.
 	Topics []string
-	// Parts are the parts this process runs. Zero means [PartAll].
+	// Parts are the parts this process runs. Default [PartAll].
 	Parts Part
 	// Logger is every part's logger, unless that part's own config sets
-	// one. Nil means slog.Default().
+	// one. Default slog.Default().
 	Logger *slog.Logger
 	// Hooks observe every part's events (see [txmsg.Hook]): the
 	// transactional producer's, the sweeper's and its publisher's, or the
@@ -89,68 +78,53 @@ type Config struct {
 }
 
 // TransactionalConfig configures a transactional-mode stack; see
-// [Transactional].
+// [Transactional]. Its parts' configs are their packages' own; the
+// settings the stack hands every part (the RocketMQ client, the topics,
+// the hooks) are left zero in them.
 type TransactionalConfig struct {
 	Config
-	// Checker configures the barrier table. Optional.
+	// Checker configures the barrier table. Its Logger defaults to
+	// Config.Logger. Optional.
 	Checker checker.Config
-	// Sweeper configures the sweeper. Optional.
-	Sweeper SweeperConfig
-	// CheckBacks tunes how the producer answers the broker's check-backs.
-	// Optional.
-	CheckBacks CheckBackConfig
-}
-
-// CheckBackConfig tunes the transactional producer's check-back answers;
-// each zero field takes txrmq's default.
-type CheckBackConfig struct {
-	// Workers is [txrmq.TransactionalConfig.CheckBackWorkers].
-	Workers int
-	// Queue is [txrmq.TransactionalConfig.CheckBackQueue].
-	Queue int
-	// CacheSize is [txrmq.TransactionalConfig.CheckBackCacheSize].
-	CacheSize int
-	// CacheAge is [txrmq.TransactionalConfig.CheckBackCacheAge].
-	CacheAge time.Duration
-}
-
-// SweeperConfig configures the sweeper of a transactional stack and its
-// publisher. The rest of their settings come from [Config.RocketMQ].
-type SweeperConfig struct {
-	// Group is the sweeper's consumer group and its publisher's producer
-	// group. Default: the producer group with [SweeperSuffix] appended. It
-	// must differ from the producer group.
-	Group string
-	// HoldFor is [txrmq.SweeperConfig.HoldFor].
-	HoldFor time.Duration
-	// RetryDelayLevel is [txrmq.SweeperConfig.RetryDelayLevel].
-	RetryDelayLevel int
+	// Producer tunes the transactional producer: SendTimeout, Retries,
+	// MaxBodySize (which the sweeper's publisher uses too) and the
+	// CheckBack* fields (how it answers the broker's check-backs); each
+	// zero field takes txrmq's default. Its Conn, Group, Hooks and Topics
+	// come from the stack and must be left zero. Optional.
+	Producer txrmq.TransactionalConfig
+	// Sweeper configures the sweeper and its publisher: HoldFor,
+	// RetryDelayLevel and Parked, and Group, the sweeper's consumer group
+	// and its publisher's producer group. Group defaults to the producer
+	// group with [SweeperSuffix] appended and must differ from it. Its
+	// Conn, Hooks and ProducerGroups come from the stack and must be left
+	// zero. Optional.
+	Sweeper txrmq.SweeperConfig
 }
 
 // OutboxConfig configures a local-table stack; see [Outbox].
 type OutboxConfig struct {
 	Config
 	// Outbox configures the outbox table. Its MaxBodySize defaults to
-	// Config.MaxBodySize. Optional.
+	// Publisher.MaxBodySize, its Logger to Config.Logger. Optional.
 	Outbox outbox.Config
-	// Relay configures the relays. Its Outbox field is the stack's; leave
-	// it nil. Optional.
+	// Relay configures the relays. Its Logger defaults to Config.Logger.
+	// With more than one relay, they are named Relay.Name-1 to
+	// Relay.Name-<Relays>. Optional.
 	Relay outbox.RelayConfig
 	// Relays is how many relays this process runs, sharing one publisher.
-	// Default 1. With more than one and a Relay.Name, the relays are named
-	// Name-1 to Name-<Relays>.
+	// Default 1.
 	Relays int
-	// MaxBatch is the relays' publisher's [txrmq.PublisherConfig.MaxBatch].
-	MaxBatch int
-	// Checker answers the check-backs that reach the relays' publisher. The
-	// publisher is in Group, so while a service switches from
+	// Publisher configures the relays' publisher: SendTimeout, Retries,
+	// MaxBodySize, MaxBatch, CheckBack*, and Checker, which answers the
+	// check-backs that reach it. The publisher is in Group, so while a service switches from
 	// transactional mode (some replicas still sending half messages, or
 	// half messages still unresolved on the broker) the broker sends that
-	// group's check-backs to it too. Set it to a checker on the barrier
-	// table of the transactional mode (Migrate then creates that table
-	// too); without it such check-backs are answered UNKNOWN and logged.
-	// Optional.
-	Checker *checker.Checker
+	// group's check-backs to it too. Set Checker to a checker on the
+	// barrier table of the transactional mode (Migrate then creates that
+	// table too); without it such check-backs are answered UNKNOWN and
+	// logged. Its Conn, Group, Hooks and Topics come from the stack and
+	// must be left zero. Optional.
+	Publisher txrmq.PublisherConfig
 }
 
 // invalid returns an error wrapping txmsg.ErrInvalidConfig.
@@ -158,26 +132,134 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: stack: "+format, append([]any{txmsg.ErrInvalidConfig}, args...)...)
 }
 
-// check validates what both modes share and fills the defaults.
-func (c *Config) check() error {
-	if c.DB == nil {
-		return invalid("DB is nil")
-	}
+// WithDefaults returns c with its zero fields set to their defaults:
+// Parts [PartAll], Logger slog.Default(). It checks nothing; see
+// [Config.Validate].
+func (c Config) WithDefaults() Config {
 	if c.Parts == 0 {
 		c.Parts = PartAll
-	}
-	if c.Parts&^PartAll != 0 {
-		return invalid("Parts %d is not a combination of PartProducer and PartBackground", uint8(c.Parts))
-	}
-	for _, t := range c.Topics {
-		if err := txmsg.ValidateTopic(t); err != nil {
-			return fmt.Errorf("%w: stack: %w", txmsg.ErrInvalidConfig, err)
-		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
+}
+
+// Validate checks a config that went through [Config.WithDefaults]. Its
+// errors wrap [txmsg.ErrInvalidConfig] and name the field. The RocketMQ
+// client config is checked by the parts that use it, when the stack is
+// built.
+func (c Config) Validate() error {
+	if c.Parts == 0 || c.Parts&^PartAll != 0 {
+		return invalid("Parts %d is not a combination of PartProducer and PartBackground", uint8(c.Parts))
+	}
+	for _, t := range c.Topics {
+		if err := txmsg.ValidateTopic(t); err != nil {
+			return fmt.Errorf("%w: stack: Topics: %w", txmsg.ErrInvalidConfig, err)
+		}
+	}
+	if c.Logger == nil {
+		return invalid("Logger is nil; call WithDefaults first")
+	}
 	return nil
+}
+
+// WithDefaults returns c with its zero fields set to their defaults:
+// those of [Config.WithDefaults] and [checker.Config.WithDefaults], the
+// checker's Logger from Config.Logger and Sweeper.Group from the producer
+// group. It checks nothing; see [TransactionalConfig.Validate].
+func (c TransactionalConfig) WithDefaults() TransactionalConfig {
+	c.Config = c.Config.WithDefaults()
+	if c.Checker.Logger == nil {
+		c.Checker.Logger = c.Logger
+	}
+	c.Checker = c.Checker.WithDefaults()
+	if c.Sweeper.Group == "" && c.Group != "" {
+		c.Sweeper.Group = c.Group + SweeperSuffix
+	}
+	return c
+}
+
+// Validate checks a config that went through
+// [TransactionalConfig.WithDefaults]. Its errors wrap
+// [txmsg.ErrInvalidConfig] and name the field. The parts check their own
+// settings when the stack is built.
+func (c TransactionalConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if err := c.Checker.Validate(); err != nil {
+		return fmt.Errorf("stack: Checker: %w", err)
+	}
+	if !zeroConn(c.Producer.Conn) || c.Producer.Group != "" || len(c.Producer.Hooks) > 0 || len(c.Producer.Topics) > 0 {
+		return invalid("Producer.Conn, Group, Hooks and Topics must be left zero: the producer takes RocketMQ, Group, Hooks and Topics")
+	}
+	if !zeroConn(c.Sweeper.Conn) || len(c.Sweeper.Hooks) > 0 || len(c.Sweeper.ProducerGroups) > 0 {
+		return invalid("Sweeper.Conn, Hooks and ProducerGroups must be left zero: the sweeper takes RocketMQ, Hooks and the producer group")
+	}
+	if c.Parts&PartBackground != 0 {
+		if c.Group == "" {
+			return invalid("Group is empty: the producer group is required")
+		}
+		if c.Sweeper.Group == c.Group {
+			return invalid("Sweeper.Group %q is the producer group: the broker would send check-backs to the sweeper's publisher, which cannot answer them", c.Sweeper.Group)
+		}
+	}
+	return nil
+}
+
+// WithDefaults returns c with its zero fields set to their defaults:
+// those of [Config.WithDefaults], [outbox.Config.WithDefaults] and
+// [outbox.RelayConfig.WithDefaults], Relays 1, Outbox.MaxBodySize from
+// Publisher.MaxBodySize and the parts' Logger from Config.Logger. It
+// checks nothing; see [OutboxConfig.Validate].
+func (c OutboxConfig) WithDefaults() OutboxConfig {
+	c.Config = c.Config.WithDefaults()
+	if c.Relays == 0 {
+		c.Relays = 1
+	}
+	if c.Outbox.MaxBodySize == 0 {
+		c.Outbox.MaxBodySize = c.Publisher.MaxBodySize
+	}
+	if c.Outbox.Logger == nil {
+		c.Outbox.Logger = c.Logger
+	}
+	if c.Relay.Logger == nil {
+		c.Relay.Logger = c.Logger
+	}
+	c.Outbox = c.Outbox.WithDefaults()
+	c.Relay = c.Relay.WithDefaults()
+	return c
+}
+
+// Validate checks a config that went through [OutboxConfig.WithDefaults].
+// Its errors wrap [txmsg.ErrInvalidConfig] and name the field. The
+// publisher checks its own settings when the stack is built.
+func (c OutboxConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if len(c.Outbox.Hooks) > 0 || len(c.Relay.Hooks) > 0 {
+		return invalid("Outbox.Hooks, Relay.Hooks: set Hooks on stack.Config, not on Outbox or Relay: the stack hands them to every part")
+	}
+	if c.Relays <= 0 {
+		return invalid("Relays %d must be positive", c.Relays)
+	}
+	if err := c.Outbox.Validate(); err != nil {
+		return fmt.Errorf("stack: Outbox: %w", err)
+	}
+	if err := c.Relay.Validate(); err != nil {
+		return fmt.Errorf("stack: Relay: %w", err)
+	}
+	if !zeroConn(c.Publisher.Conn) || c.Publisher.Group != "" || len(c.Publisher.Hooks) > 0 || len(c.Publisher.Topics) > 0 {
+		return invalid("Publisher.Conn, Group, Hooks and Topics must be left zero: the relays' publisher takes RocketMQ, Group, Hooks and Topics")
+	}
+	return nil
+}
+
+// zeroConn reports whether a part's connection settings were left zero.
+func zeroConn(c txrmq.Conn) bool {
+	return reflect.DeepEqual(c, txrmq.Conn{})
 }
 
 // rocketMQ is the parts' connection to the cluster.
@@ -187,45 +269,4 @@ func (c *Config) rocketMQ() txrmq.Conn {
 		rc.Logger = c.Logger
 	}
 	return rc
-}
-
-// sweeperGroup returns the sweeper's group, checked.
-func (c *TransactionalConfig) sweeperGroup() (string, error) {
-	if c.Group == "" {
-		return "", invalid("Group is empty: the producer group is required")
-	}
-	g := c.Sweeper.Group
-	if g == "" {
-		g = c.Group + SweeperSuffix
-	}
-	if g == c.Group {
-		return "", invalid("Sweeper.Group %q is the producer group: the broker would send check-backs to the sweeper's publisher, which cannot answer them", g)
-	}
-	return g, nil
-}
-
-func (c *OutboxConfig) check() error {
-	if c.Relay.Outbox != nil {
-		return invalid("Relay.Outbox must be nil: the stack sets it")
-	}
-	if len(c.Outbox.Hooks) > 0 || len(c.Relay.Hooks) > 0 {
-		return invalid("set Hooks on stack.Config, not on Outbox or Relay: the stack hands them to every part")
-	}
-	if c.Relays < 0 {
-		return invalid("Relays must not be negative")
-	}
-	if c.Relays == 0 {
-		c.Relays = 1
-	}
-	if c.Outbox.MaxBodySize == 0 {
-		c.Outbox.MaxBodySize = c.MaxBodySize
-	}
-	if c.Outbox.Logger == nil {
-		c.Outbox.Logger = c.Logger
-	}
-	if c.Relay.Logger == nil {
-		c.Relay.Logger = c.Logger
-	}
-	c.Outbox.Hooks, c.Relay.Hooks = c.Hooks, c.Hooks
-	return nil
 }

@@ -43,10 +43,10 @@ func ExampleTransactional() {
 	ctx := context.Background()
 	db, topic, group := exampleBed("transactional") // the service's database, topic and producer group
 
-	st, err := stack.Transactional(stack.TransactionalConfig{Config: stack.Config{
-		DB:       db,
-		RocketMQ: txrmq.Conn{NameServers: nameServers()}, Group: group,
-		Topics: []string{topic},
+	st, err := stack.Transactional(db, stack.TransactionalConfig{Config: stack.Config{
+		RocketMQ: txrmq.Conn{NameServers: nameServers()},
+		Group:    group,
+		Topics:   []string{topic},
 	}})
 	if err != nil {
 		panic(err)
@@ -77,11 +77,11 @@ func ExampleOutbox() {
 	ctx := context.Background()
 	db, topic, group := exampleBed("outbox")
 
-	st, err := stack.Outbox(stack.OutboxConfig{
+	st, err := stack.Outbox(db, stack.OutboxConfig{
 		Config: stack.Config{
-			DB:       db,
-			RocketMQ: txrmq.Conn{NameServers: nameServers()}, Group: group,
-			Topics: []string{topic},
+			RocketMQ: txrmq.Conn{NameServers: nameServers()},
+			Group:    group,
+			Topics:   []string{topic},
 		},
 		Relay: outbox.RelayConfig{Ordered: true}, // rows of one sharding key in commit order
 	})
@@ -115,12 +115,12 @@ func ExampleConfig_parts() {
 	rmq := txrmq.Conn{NameServers: nameServers()}
 
 	// In each web process: only the Transactor, which needs no broker here.
-	web, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, Parts: stack.PartProducer}})
+	web, err := stack.Outbox(db, stack.OutboxConfig{Config: stack.Config{Parts: stack.PartProducer}})
 	if err != nil {
 		panic(err)
 	}
 	// In the worker process: only the relays and their publisher.
-	worker, err := stack.Outbox(stack.OutboxConfig{Config: stack.Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic}, Parts: stack.PartBackground}})
+	worker, err := stack.Outbox(db, stack.OutboxConfig{Config: stack.Config{RocketMQ: rmq, Group: group, Topics: []string{topic}, Parts: stack.PartBackground}})
 	if err != nil {
 		panic(err)
 	}

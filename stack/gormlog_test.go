@@ -38,13 +38,13 @@ func TestQuickStartPrintsNoGormErrors(t *testing.T) {
 			db, rec := testbed.WithGormErrors(base)
 			topic := testbed.Topic(t)
 			require.NoError(t, base.AutoMigrate(&order{}))
-			cfg := Config{DB: db, RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pg"), Topics: []string{topic}}
+			cfg := Config{RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pg"), Topics: []string{topic}}
 			var s *Stack
 			var err error
 			if mode == ModeTransactional {
-				s, err = Transactional(TransactionalConfig{Config: cfg})
+				s, err = Transactional(db, TransactionalConfig{Config: cfg})
 			} else {
-				s, err = Outbox(OutboxConfig{Config: cfg})
+				s, err = Outbox(db, OutboxConfig{Config: cfg})
 			}
 			require.NoError(t, err)
 			var duplicates atomic.Int32

@@ -186,9 +186,8 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		group := testbed.Name(t, "pg")
 		require.NoError(t, db.AutoMigrate(&order{}))
 		hooks := &hookCounter{}
-		s, err := Transactional(TransactionalConfig{
+		s, err := Transactional(db, TransactionalConfig{
 			Config: Config{
-				DB:       db,
 				RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group,
 				Topics: []string{topic},
 				Hooks:  txmsg.Hooks{hooks},
@@ -196,7 +195,7 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 			// The test broker's whole check window is a few seconds, so
 			// the barrier may be purged up to a second ago.
 			Checker: checker.Config{CheckWindow: time.Second},
-			Sweeper: SweeperConfig{HoldFor: time.Second, RetryDelayLevel: 1},
+			Sweeper: txrmq.SweeperConfig{HoldFor: time.Second, RetryDelayLevel: 1},
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close(context.Background()) })
@@ -244,8 +243,7 @@ func TestStackHooksReachEveryPart(t *testing.T) {
 		group := testbed.Name(t, "pg")
 		require.NoError(t, db.AutoMigrate(&order{}))
 		hooks := &hookCounter{}
-		s, err := Outbox(OutboxConfig{Config: Config{
-			DB:       db,
+		s, err := Outbox(db, OutboxConfig{Config: Config{
 			RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group,
 			Topics: []string{topic},
 			Hooks:  txmsg.Hooks{hooks},

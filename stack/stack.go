@@ -37,7 +37,7 @@ type Stack struct {
 	pub     *txrmq.Publisher
 	ob      *outbox.Outbox
 	relays  []*outbox.Relay
-	barrier *checker.Checker // local-table mode: OutboxConfig.Checker
+	barrier *checker.Checker // local-table mode: OutboxConfig.Publisher.Checker
 
 	// sweeperGroup is the sweeper's group, "" without one.
 	sweeperGroup string
@@ -67,54 +67,57 @@ type component struct {
 
 var _ txmsg.Transactor = (*Stack)(nil)
 
-// Transactional builds a transactional-mode stack: a [checker.Checker] on
-// cfg.DB, a [txrmq.Transactional] producer in group cfg.Group
-// (with [PartProducer]), and a [txrmq.Sweeper] with its [txrmq.Publisher],
-// both in their own group (with [PartBackground]). It validates cfg and
-// connects to no broker; with PartProducer it asks the database whether
-// the checker and cfg.DB reach the same schema (see
-// [txrmq.NewTransactional]), so the database must answer. Call
-// [Stack.Start].
-func Transactional(cfg TransactionalConfig) (*Stack, error) {
-	if err := cfg.check(); err != nil {
+// Transactional builds a transactional-mode stack on db, the service's
+// database, where the stack's tables live and the local transactions run
+// (its MySQL DSN needs parseTime=true): a [checker.Checker] on db, a
+// [txrmq.Transactional] producer in group cfg.Group (with
+// [PartProducer]), and a [txrmq.Sweeper] with its [txrmq.Publisher], both
+// in their own group (with [PartBackground]). cfg goes through
+// [TransactionalConfig.WithDefaults] and [TransactionalConfig.Validate].
+// It connects to no broker; with PartProducer it asks the database whether
+// the checker and db reach the same schema (see [txrmq.NewTransactional]),
+// so the database must answer. Call [Stack.Start].
+func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
+	if db == nil {
+		return nil, invalid("db is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	sweeperGroup := ""
 	if cfg.Parts&PartBackground != 0 {
-		g, err := cfg.sweeperGroup()
-		if err != nil {
-			return nil, err
-		}
-		sweeperGroup = g
+		sweeperGroup = cfg.Sweeper.Group
 	}
-	if cfg.Checker.Logger == nil {
-		cfg.Checker.Logger = cfg.Logger
-	}
-	chk, err := checker.New(cfg.DB, cfg.Checker)
+	chk, err := checker.New(db, cfg.Checker)
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{mode: ModeTransactional, parts: cfg.Parts, db: cfg.DB, log: cfg.Logger, chk: chk, sweeperGroup: sweeperGroup}
+	s := &Stack{mode: ModeTransactional, parts: cfg.Parts, db: db, log: cfg.Logger, chk: chk, sweeperGroup: sweeperGroup}
 	// The background parts are built first: their config errors come
 	// before NewTransactional asks the database anything.
 	var background []component
 	if cfg.Parts&PartBackground != 0 {
 		// The sweeper calls OnHeld, its publisher OnCheckBack.
-		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: cfg.rocketMQ(), Group: sweeperGroup, Hooks: cfg.Hooks, Topics: cfg.Topics,
-			SendTimeout: cfg.SendTimeout, Retries: cfg.Retries, MaxBodySize: cfg.MaxBodySize})
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
+			Conn:        cfg.rocketMQ(),
+			Group:       sweeperGroup,
+			Hooks:       cfg.Hooks,
+			SendTimeout: cfg.Producer.SendTimeout,
+			Retries:     cfg.Producer.Retries,
+			MaxBodySize: cfg.Producer.MaxBodySize,
+			Topics:      cfg.Topics,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("stack: sweeper: %w", err)
 		}
 		s.pub = pub
 		background = append(background, component{"sweeper's publisher", pub.Start, pub.Close})
-		sw, err := txrmq.NewSweeper(chk, pub, txrmq.SweeperConfig{
-			Conn:            cfg.rocketMQ(),
-			Group:           sweeperGroup,
-			Hooks:           cfg.Hooks,
-			ProducerGroups:  []string{cfg.Group},
-			HoldFor:         cfg.Sweeper.HoldFor,
-			RetryDelayLevel: cfg.Sweeper.RetryDelayLevel,
-		})
+		scfg := cfg.Sweeper
+		scfg.Conn = cfg.rocketMQ()
+		scfg.Hooks = cfg.Hooks
+		scfg.ProducerGroups = []string{cfg.Group}
+		sw, err := txrmq.NewSweeper(chk, pub, scfg)
 		if err != nil {
 			s.components = background
 			s.discard()
@@ -124,19 +127,12 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 		background = append(background, component{"sweeper", sw.Start, sw.Close})
 	}
 	if cfg.Parts&PartProducer != 0 {
-		txp, err := txrmq.NewTransactional(cfg.DB, chk, txrmq.TransactionalConfig{
-			Conn:               cfg.rocketMQ(),
-			Group:              cfg.Group,
-			Hooks:              cfg.Hooks,
-			SendTimeout:        cfg.SendTimeout,
-			Retries:            cfg.Retries,
-			MaxBodySize:        cfg.MaxBodySize,
-			Topics:             cfg.Topics,
-			CheckBackWorkers:   cfg.CheckBacks.Workers,
-			CheckBackQueue:     cfg.CheckBacks.Queue,
-			CheckBackCacheSize: cfg.CheckBacks.CacheSize,
-			CheckBackCacheAge:  cfg.CheckBacks.CacheAge,
-		})
+		pcfg := cfg.Producer
+		pcfg.Conn = cfg.rocketMQ()
+		pcfg.Group = cfg.Group
+		pcfg.Hooks = cfg.Hooks
+		pcfg.Topics = cfg.Topics
+		txp, err := txrmq.NewTransactional(db, chk, pcfg)
 		if err != nil {
 			s.components = background
 			s.discard()
@@ -149,52 +145,52 @@ func Transactional(cfg TransactionalConfig) (*Stack, error) {
 	return s, nil
 }
 
-// Outbox builds a local-table stack: an [outbox.Outbox] on cfg.DB (the
-// Transactor, with [PartProducer]) and cfg.Relays [outbox.Relay]s
-// publishing through a [txrmq.Publisher] in group cfg.Group (with
-// [PartBackground]). It validates cfg and connects nothing; call
-// [Stack.Start].
-func Outbox(cfg OutboxConfig) (*Stack, error) {
-	if err := cfg.Config.check(); err != nil {
+// Outbox builds a local-table stack on db, the service's database, where
+// the outbox table lives and the local transactions run (its MySQL DSN
+// needs parseTime=true): an [outbox.Outbox] on db (the Transactor, with
+// [PartProducer]) and cfg.Relays [outbox.Relay]s publishing through a
+// [txrmq.Publisher] in group cfg.Group (with [PartBackground]).
+// cfg goes through [OutboxConfig.WithDefaults] and
+// [OutboxConfig.Validate]. It connects nothing; call [Stack.Start].
+func Outbox(db *gorm.DB, cfg OutboxConfig) (*Stack, error) {
+	if db == nil {
+		return nil, invalid("db is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	ob, err := outbox.New(cfg.DB, cfg.Outbox)
+	ocfg := cfg.Outbox
+	ocfg.Hooks = cfg.Hooks
+	ob, err := outbox.New(db, ocfg)
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{mode: ModeOutbox, parts: cfg.Parts, db: cfg.DB, log: cfg.Logger, ob: ob}
+	s := &Stack{mode: ModeOutbox, parts: cfg.Parts, db: db, log: cfg.Logger, ob: ob}
 	if cfg.Parts&PartProducer != 0 {
 		s.tr = ob
 	}
 	if cfg.Parts&PartBackground == 0 {
 		return s, nil
 	}
-	s.barrier = cfg.Checker
-	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{
-		Conn:        cfg.rocketMQ(),
-		Group:       cfg.Group,
-		Hooks:       cfg.Hooks, // its check-back answers
-		SendTimeout: cfg.SendTimeout,
-		Retries:     cfg.Retries,
-		MaxBodySize: cfg.MaxBodySize,
-		Topics:      cfg.Topics,
-		MaxBatch:    cfg.MaxBatch,
-		Checker:     cfg.Checker,
-	})
+	s.barrier = cfg.Publisher.Checker
+	pcfg := cfg.Publisher
+	pcfg.Conn = cfg.rocketMQ()
+	pcfg.Group = cfg.Group
+	pcfg.Hooks = cfg.Hooks // its check-back answers
+	pcfg.Topics = cfg.Topics
+	pub, err := txrmq.NewPublisher(pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("stack: relay: %w", err)
 	}
 	s.pub = pub
 	for i := range cfg.Relays {
 		rcfg := cfg.Relay
-		rcfg.Outbox = ob
-		if cfg.Relays > 1 && rcfg.Name != "" {
+		rcfg.Hooks = cfg.Hooks
+		if cfg.Relays > 1 {
 			rcfg.Name = fmt.Sprintf("%s-%d", rcfg.Name, i+1)
 		}
-		r, err := outbox.NewRelay(cfg.DB, pub, rcfg)
+		r, err := outbox.NewRelay(ob, pub, rcfg)
 		if err != nil {
 			s.discard()
 			return nil, fmt.Errorf("stack: %w", err)
@@ -221,7 +217,7 @@ func (s *Stack) Mode() string { return s.mode }
 func (s *Stack) Parts() Part { return s.parts }
 
 // Migrate creates or updates the mode's tables: the barrier table, or the
-// outbox table and its lease table (and, with OutboxConfig.Checker, the
+// outbox table and its lease table (and, with OutboxConfig.Publisher.Checker, the
 // barrier table too). It needs no broker and may run before
 // Start. The SQL files next to the packages (checker/barrier.sql,
 // adapters/outbox/outbox.sql) hold the same tables for migration tools.

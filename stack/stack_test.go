@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -36,29 +38,38 @@ func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := offlineDB(t)
 	rmq := txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}
-	base := Config{DB: db, RocketMQ: rmq, Group: "orders"}
-	with := func(f func(*Config)) Config {
+	base := Config{RocketMQ: rmq, Group: "orders"}
+	withRMQ := func(f func(*txrmq.Conn)) Config {
 		c := base
-		f(&c)
+		f(&c.RocketMQ)
 		return c
 	}
+	_, err := Transactional(nil, TransactionalConfig{Config: base})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "db is nil")
+	_, err = Outbox(nil, OutboxConfig{Config: base})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "db is nil")
 	txCases := map[string]struct {
 		cfg  TransactionalConfig
 		want string
 	}{
-		"no db":                {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "DB is nil"},
-		"bad parts":            {TransactionalConfig{Config: Config{DB: db, RocketMQ: rmq, Parts: 4}}, "Parts 4"},
-		"bad topic":            {TransactionalConfig{Config: Config{DB: db, RocketMQ: rmq, Topics: []string{"a b"}}}, `topic "a b"`},
-		"no name servers":      {TransactionalConfig{Config: with(func(c *Config) { c.RocketMQ.NameServers = nil })}, "NameServers is empty"},
-		"no group":             {TransactionalConfig{Config: with(func(c *Config) { c.Group = "" })}, "Group"},
-		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: SweeperConfig{Group: "orders"}}, "is the producer group"},
-		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
-		"cache beyond window":  {TransactionalConfig{Config: base, CheckBacks: CheckBackConfig{CacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
-		"negative workers":     {TransactionalConfig{Config: base, CheckBacks: CheckBackConfig{Workers: -1}}, "CheckBackWorkers"},
+		"bad parts":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Parts: 4}}, "Parts 4"},
+		"bad topic":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Topics: []string{"a b"}}}, `topic "a b"`},
+		"hooks in producer":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks and Topics"},
+		"no name servers":      {TransactionalConfig{Config: withRMQ(func(c *txrmq.Conn) { c.NameServers = nil })}, "NameServers is empty"},
+		"no group":             {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "Group"},
+		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Group: "orders"}}, "is the producer group"},
+		"sweeper client set":   {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Conn: txrmq.Conn{Namespace: "x"}}}, "Sweeper.Conn"},
+		"producer topics set":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks and Topics"},
+		"bad checker":          {TransactionalConfig{Config: base, Checker: checker.Config{CheckWindow: -1}}, "CheckWindow"},
+		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
+		"cache beyond window":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackCacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
+		"negative workers":     {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackWorkers: -1}}, "CheckBackWorkers"},
 	}
 	for name, c := range txCases {
 		t.Run("transactional/"+name, func(t *testing.T) {
-			_, err := Transactional(c.cfg)
+			_, err := Transactional(db, c.cfg)
 			require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 			require.ErrorContains(t, err, c.want)
 		})
@@ -67,21 +78,56 @@ func TestConfigErrors(t *testing.T) {
 		cfg  OutboxConfig
 		want string
 	}{
-		"no db":            {OutboxConfig{Config: Config{RocketMQ: rmq}}, "DB is nil"},
-		"relay outbox set": {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Outbox: &outbox.Outbox{}}}, "Relay.Outbox must be nil"},
-		"hooks in relay":   {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "set Hooks on stack.Config"},
-		"negative relays":  {OutboxConfig{Config: base, Relays: -1}, "Relays must not be negative"},
-		"bad table":        {OutboxConfig{Config: base, Outbox: outbox.Config{Table: "x;y"}}, "plain SQL identifier"},
-		"no name servers":  {OutboxConfig{Config: with(func(c *Config) { c.RocketMQ.NameServers = nil })}, "NameServers is empty"},
-		"table mismatch":   {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Table: "other"}}, "differs from the Outbox's"},
+		"hooks in relay":      {OutboxConfig{Config: base, Relay: outbox.RelayConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "set Hooks on stack.Config"},
+		"negative relays":     {OutboxConfig{Config: base, Relays: -1}, "Relays -1 must be positive"},
+		"bad table":           {OutboxConfig{Config: base, Outbox: outbox.Config{Table: "x;y"}}, "plain SQL identifier"},
+		"bad relay":           {OutboxConfig{Config: base, Relay: outbox.RelayConfig{BatchSize: -1}}, "BatchSize"},
+		"publisher topics":    {OutboxConfig{Config: base, Publisher: txrmq.PublisherConfig{Topics: []string{"t"}}}, "Publisher.Conn, Group, Hooks and Topics"},
+		"no name servers":     {OutboxConfig{Config: withRMQ(func(c *txrmq.Conn) { c.NameServers = nil })}, "NameServers is empty"},
+		"bad publisher batch": {OutboxConfig{Config: base, Publisher: txrmq.PublisherConfig{MaxBatch: -1}}, "MaxBatch"},
 	}
 	for name, c := range obCases {
 		t.Run("outbox/"+name, func(t *testing.T) {
-			_, err := Outbox(c.cfg)
+			_, err := Outbox(db, c.cfg)
 			require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 			require.ErrorContains(t, err, c.want)
 		})
 	}
+}
+
+// WithDefaults then Validate accepts a minimal config; Validate alone
+// refuses the zero config and names the field.
+func TestConfigDefaultsThenValidate(t *testing.T) {
+	t.Parallel()
+	rmq := txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}
+
+	require.NoError(t, Config{}.WithDefaults().Validate())
+	err := Config{}.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Parts")
+
+	tc := TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders"}}
+	require.NoError(t, tc.WithDefaults().Validate())
+	require.Equal(t, "orders"+SweeperSuffix, tc.WithDefaults().Sweeper.Group)
+	err = tc.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Parts")
+	tc.Parts = PartAll
+	tc.Logger = slog.Default()
+	err = tc.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "checker: Table")
+
+	oc := OutboxConfig{}
+	require.NoError(t, oc.WithDefaults().Validate())
+	require.Equal(t, 1, oc.WithDefaults().Relays)
+	err = oc.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Parts")
+	oc.Config = oc.Config.WithDefaults()
+	err = oc.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Relays")
 }
 
 // A transactional stack's sweeper gets a group of its own, derived from the
@@ -89,8 +135,8 @@ func TestConfigErrors(t *testing.T) {
 func TestSweeperGroup(t *testing.T) {
 	t.Parallel()
 	db := testbed.DB(t) // NewTransactional asks the database who it is
-	cfg := TransactionalConfig{Config: Config{DB: db, RocketMQ: txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "orders"}}
-	s, err := Transactional(cfg)
+	cfg := TransactionalConfig{Config: Config{RocketMQ: txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "orders"}}
+	s, err := Transactional(db, cfg)
 	require.NoError(t, err)
 	require.Equal(t, "orders"+SweeperSuffix, s.sweeperGroup)
 	require.NotNil(t, s.Sweeper())
@@ -98,13 +144,13 @@ func TestSweeperGroup(t *testing.T) {
 	require.NoError(t, s.Close(context.Background()))
 
 	cfg.Sweeper.Group = "orders-janitor"
-	s, err = Transactional(cfg)
+	s, err = Transactional(db, cfg)
 	require.NoError(t, err)
 	require.Equal(t, "orders-janitor", s.sweeperGroup)
 	require.NoError(t, s.Close(context.Background()))
 
 	cfg.Parts = PartProducer
-	s, err = Transactional(cfg)
+	s, err = Transactional(db, cfg)
 	require.NoError(t, err)
 	require.Nil(t, s.Sweeper())
 	require.Nil(t, s.Publisher())
@@ -115,7 +161,7 @@ func TestSweeperGroup(t *testing.T) {
 // A local-table stack that runs only the producer needs no broker.
 func TestOutboxProducerNeedsNoBroker(t *testing.T) {
 	t.Parallel()
-	s, err := Outbox(OutboxConfig{Config: Config{DB: offlineDB(t), Parts: PartProducer}})
+	s, err := Outbox(offlineDB(t), OutboxConfig{Config: Config{Parts: PartProducer}})
 	require.NoError(t, err)
 	require.NotNil(t, s.Outbox())
 	require.Nil(t, s.Publisher())
@@ -152,10 +198,10 @@ func TestTransactionalStack(t *testing.T) {
 	topic := testbed.Topic(t)
 	obs := testbed.Observe(t, topic, nil)
 	require.NoError(t, db.AutoMigrate(&order{}))
-	s, err := Transactional(TransactionalConfig{Config: Config{
-		DB:       db,
-		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "pg"),
-		Topics: []string{topic},
+	s, err := Transactional(db, TransactionalConfig{Config: Config{
+		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}},
+		Group:    testbed.Name(t, "pg"),
+		Topics:   []string{topic},
 	}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
@@ -213,8 +259,8 @@ func TestOutboxStack(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("whole", func(t *testing.T) {
-		s, err := Outbox(OutboxConfig{
-			Config: Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic}},
+		s, err := Outbox(db, OutboxConfig{
+			Config: Config{RocketMQ: rmq, Group: group, Topics: []string{topic}},
 			Relays: 2,
 			Relay:  outbox.RelayConfig{Name: "r"},
 		})
@@ -247,7 +293,7 @@ func TestOutboxStack(t *testing.T) {
 	})
 
 	t.Run("split", func(t *testing.T) {
-		producer, err := Outbox(OutboxConfig{Config: Config{DB: db, Parts: PartProducer}})
+		producer, err := Outbox(db, OutboxConfig{Config: Config{Parts: PartProducer}})
 		require.NoError(t, err)
 		require.NoError(t, producer.Start(ctx))
 		t.Cleanup(func() { _ = producer.Close(context.Background()) })
@@ -256,7 +302,7 @@ func TestOutboxStack(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, producer.Health(ctx))
 
-		background, err := Outbox(OutboxConfig{Config: Config{DB: db, RocketMQ: rmq, Group: group, Topics: []string{topic}, Parts: PartBackground}})
+		background, err := Outbox(db, OutboxConfig{Config: Config{RocketMQ: rmq, Group: group, Topics: []string{topic}, Parts: PartBackground}})
 		require.NoError(t, err)
 		_, err = background.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
 		require.ErrorIs(t, err, ErrNoProducer)
@@ -274,8 +320,7 @@ func TestOutboxStack(t *testing.T) {
 // A Start that fails closes what it started and leaves the stack closed.
 func TestStartFailureClosesTheStack(t *testing.T) {
 	t.Parallel()
-	s, err := Transactional(TransactionalConfig{Config: Config{DB: testbed.DB(t),
-		RocketMQ: txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "orders"}})
+	s, err := Transactional(testbed.DB(t), TransactionalConfig{Config: Config{RocketMQ: txrmq.Conn{NameServers: []string{"127.0.0.1:9876"}}, Group: "orders"}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -174,7 +174,7 @@ func TestRelayMemoryChild(t *testing.T) {
 	ob, err := New(db, Config{Logger: testLogger(t)})
 	require.NoError(t, err)
 	pub := brokerPublisher(t)
-	r, err := NewRelay(db, pub, RelayConfig{Outbox: ob, Logger: testLogger(t), PollInterval: 50 * time.Millisecond})
+	r, err := NewRelay(ob, pub, RelayConfig{Logger: testLogger(t), PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 
 	var peak uint64

@@ -103,9 +103,9 @@ func TestRelaysAndWritersInMixedTimeZones(t *testing.T) {
 				return RelayConfig{Name: name, Ordered: ordered, LeaseTTL: ttl, PollInterval: 50 * time.Millisecond,
 					SettleDelay: time.Millisecond, Logger: testLogger(t)}
 			}
-			utc, err := NewRelay(e.db, pub, cfg("utc"))
+			utc, err := NewRelay(e.ob, pub, cfg("utc"))
 			require.NoError(t, err)
-			east, err := NewRelay(local, pub, cfg("east"))
+			east, err := NewRelay(writer, pub, cfg("east"))
 			require.NoError(t, err)
 			start(t, utc)
 			start(t, east)

@@ -11,9 +11,9 @@ import (
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
-// DefaultBuckets is the default number of buckets (Config.Buckets,
-// RelayConfig.Buckets): relays lease buckets, so at most this many relays
-// of a table publish at once.
+// DefaultBuckets is the default number of buckets ([Config.Buckets]):
+// relays lease buckets, so at most this many relays of a table publish at
+// once.
 const DefaultBuckets = 16
 
 // Defaults of [RelayConfig]'s fields.
@@ -53,9 +53,21 @@ type Config struct {
 	// Buckets is how many buckets rows are spread over when inserted: a
 	// hash of the sharding key, or a random bucket for rows without one.
 	// Relays lease buckets, so at most Buckets relays publish at once.
-	// Default [DefaultBuckets]; at most 1024.
-	// Ordered relays must use the same number. Change it only while the
-	// outbox holds no pending rows with a sharding key.
+	// Default [DefaultBuckets]; at most 1024. The relays of the Outbox
+	// use the same number. Every process writing or relaying a table must
+	// agree on it; change it only while the outbox holds no pending rows
+	// with a sharding key.
+	//
+	// Ordered or not, relays share a table's rows through bucket leases:
+	// each relay claims only from the buckets it holds, its share of
+	// Buckets / relays or one more, so relays added do not slow one another
+	// down; relays beyond Buckets hold none and stand by. The relays count
+	// one another through the relay table, "<Table>_relay", which each
+	// writes every lease round; after relays join or leave, the spread is
+	// even again within a few lease rounds. Rows without a
+	// sharding key are spread over the buckets at random; the rows of one
+	// sharding key all sit in one bucket, so one hot key is drained by one
+	// relay at a time.
 	Buckets int
 	// Logger receives the outbox's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -72,42 +84,48 @@ func validTable(what, table string) error {
 	return nil
 }
 
-func (c *Config) validate() error {
+// WithDefaults returns c with its zero fields set to their defaults:
+// Table [DefaultTable], MaxBodySize [txmsg.DefaultMaxBodySize], Buckets
+// [DefaultBuckets], Logger slog.Default(). It checks nothing; see
+// [Config.Validate].
+func (c Config) WithDefaults() Config {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
-	if err := validTable("outbox", c.Table); err != nil {
-		return err
-	}
-	if c.MaxBodySize < 0 || c.Buckets < 0 || c.Buckets > maxBuckets {
-		return fmt.Errorf("%w: outbox: MaxBodySize must not be negative and Buckets must be 0 to %d", txmsg.ErrInvalidConfig, maxBuckets)
-	}
-	if c.MaxBodySize == 0 {
-		c.MaxBodySize = txmsg.DefaultMaxBodySize
-	}
-	if c.Buckets == 0 {
-		c.Buckets = DefaultBuckets
-	}
+	setDefault(&c.MaxBodySize, txmsg.DefaultMaxBodySize)
+	setDefault(&c.Buckets, DefaultBuckets)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	hooks, err := driver.BindHooks(c.Hooks, c.Logger)
-	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
+	return c
+}
+
+// Validate checks a config that went through [Config.WithDefaults]: a
+// zero field that has a default is refused. Its errors wrap
+// [txmsg.ErrInvalidConfig] and name the field.
+func (c Config) Validate() error {
+	if err := validTable("outbox: Table", c.Table); err != nil {
+		return err
 	}
-	c.Hooks = hooks
+	if c.MaxBodySize <= 0 {
+		return fmt.Errorf("%w: outbox: MaxBodySize %d must be positive", txmsg.ErrInvalidConfig, c.MaxBodySize)
+	}
+	if c.Buckets <= 0 || c.Buckets > maxBuckets {
+		return fmt.Errorf("%w: outbox: Buckets %d must be 1 to %d", txmsg.ErrInvalidConfig, c.Buckets, maxBuckets)
+	}
+	if c.Logger == nil {
+		return fmt.Errorf("%w: outbox: Logger is nil; call WithDefaults first", txmsg.ErrInvalidConfig)
+	}
+	if _, err := driver.BindHooks(c.Hooks, c.Logger); err != nil {
+		return fmt.Errorf("%w: outbox: Hooks: %w", txmsg.ErrInvalidConfig, err)
+	}
 	return nil
 }
 
-// RelayConfig configures a [Relay]. The zero value is usable; set Outbox
-// to have in-process commits wake the relay at once.
+// RelayConfig configures a [Relay]. The zero value is usable. A relay
+// takes its table and its number of buckets from the [Outbox] it relays
+// ([Config.Table], [Config.Buckets]).
 type RelayConfig struct {
-	// Outbox, when set, is the Outbox whose commits wake this relay without
-	// waiting for the next poll. Table and Buckets default to its own.
-	Outbox *Outbox
-	// Table is the outbox table. Default: Outbox's table, else
-	// [DefaultTable].
-	Table string
 	// Name identifies this relay in leases and logs. Default
 	// "<hostname>-<pid>-<random>"; it must be unique among the relays of
 	// one table.
@@ -139,7 +157,7 @@ type RelayConfig struct {
 	// broker's default maxMessageSize).
 	PublishBytes int
 	// MaxAttempts is how many times the broker may refuse a row before it
-	// is dead. Default [DefaultMaxAttempts] (20); negative means rows are retried forever. Only
+	// is parked. Default [DefaultMaxAttempts] (20); negative means rows are retried forever. Only
 	// failures of the message count (the publisher's error wraps
 	// txmsg.ErrRejected or txmsg.ErrInvalidMessage, or the publisher
 	// panicked, or the message failed while others of the same call went
@@ -159,7 +177,7 @@ type RelayConfig struct {
 	// MaxBackoff caps the delay between attempts of a row the broker
 	// refused. Default [DefaultMaxBackoff] (5 min): with the
 	// default MinBackoff and MaxAttempts a row the broker keeps refusing
-	// is retried for about an hour before it is dead.
+	// is retried for about an hour before it is parked.
 	MaxBackoff time.Duration
 	// MaxWaitBackoff caps the delay between attempts of a row that waits
 	// for an unavailable broker, so that such rows go out within about
@@ -191,17 +209,17 @@ type RelayConfig struct {
 	// Ordered publishes the rows of each sharding key in id order, which
 	// for one key is commit order, even with several relays. Rows without
 	// a sharding key are published in no particular order. Every relay of a
-	// table must agree on Ordered and Buckets; an unordered relay on the
+	// table must agree on Ordered (and on the Outbox's Buckets); an unordered relay on the
 	// same table would overtake.
 	//
 	// A row that fails holds back the later rows of its key until it is
-	// published or dead; other keys go on.
+	// published or parked; other keys go on.
 	//
-	// A row waiting for an unavailable broker never goes dead, so it holds
+	// A row waiting for an unavailable broker is never parked, so it holds
 	// back the later rows of its key until the broker takes it.
 	//
-	// Limits: a row that goes dead stops holding back later rows of its
-	// key, so they are published without it, and a requeued dead row comes
+	// Limits: a row that is parked stops holding back later rows of its
+	// key, so they are published without it, and a requeued parked row comes
 	// after them. A relay works through its buckets one at a time and waits
 	// on a bucket while a writer's transaction holds an uncommitted outbox
 	// row in it: with Transact the row is inserted just before COMMIT; with
@@ -213,20 +231,6 @@ type RelayConfig struct {
 	// bucket has less than LeaseTTL/4 left; the rest waits for the next
 	// claim, so a hot key's backlog never keeps one transaction open.
 	Ordered bool
-	// Buckets is how many buckets rows are spread over. It must equal the
-	// Outbox's Config.Buckets. Default: Outbox's, else [DefaultBuckets].
-	//
-	// Ordered or not, relays share a table's rows through bucket leases:
-	// each relay claims only from the buckets it holds, its share of
-	// Buckets / relays or one more, so relays added do not slow one another
-	// down; relays beyond Buckets hold none and stand by. The relays count
-	// one another through the relay table, "<Table>_relay", which each
-	// writes every lease round; after relays join or leave, the spread is
-	// even again within a few lease rounds. Rows without a
-	// sharding key are spread over the buckets at random; the rows of one
-	// sharding key all sit in one bucket, so one hot key is drained by one
-	// relay at a time.
-	Buckets int
 	// LeaseTTL is how long a relay owns a bucket without renewing, and
 	// how long a relay counts as live after its last lease round; a
 	// crashed relay's buckets move to others after it (a relay that stops
@@ -269,40 +273,13 @@ type RelayConfig struct {
 	Hooks txmsg.Hooks
 }
 
-func (c *RelayConfig) validate() error {
-	if c.Outbox != nil {
-		if c.Table == "" {
-			c.Table = c.Outbox.cfg.Table
-		}
-		if c.Table != c.Outbox.cfg.Table {
-			return fmt.Errorf("%w: relay: Table %q differs from the Outbox's %q", txmsg.ErrInvalidConfig, c.Table, c.Outbox.cfg.Table)
-		}
-		if c.Buckets == 0 {
-			c.Buckets = c.Outbox.cfg.Buckets
-		}
-		if c.Buckets != c.Outbox.cfg.Buckets {
-			return fmt.Errorf("%w: relay: Buckets %d differs from the Outbox's %d", txmsg.ErrInvalidConfig, c.Buckets, c.Outbox.cfg.Buckets)
-		}
-	}
-	if c.Table == "" {
-		c.Table = DefaultTable
-	}
-	if err := validTable("relay", c.Table); err != nil {
-		return err
-	}
-	if c.BatchSize < 0 || c.ClaimBytes < 0 || c.PublishBytes < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.MaxWaitBackoff < 0 ||
-		c.PurgeInterval < 0 || c.PurgeBatch < 0 || c.Buckets < 0 || c.LeaseTTL < 0 || c.SettleDelay < 0 {
-		return fmt.Errorf("%w: relay: sizes and durations must not be negative", txmsg.ErrInvalidConfig)
-	}
-	if c.Buckets > maxBuckets {
-		return fmt.Errorf("%w: relay: Buckets must be at most %d", txmsg.ErrInvalidConfig, maxBuckets)
-	}
+// WithDefaults returns c with its zero fields set to their defaults
+// (see each field), Name to "<hostname>-<pid>-<random>" and Logger to
+// slog.Default(). It checks nothing; see [RelayConfig.Validate].
+func (c RelayConfig) WithDefaults() RelayConfig {
 	if c.Name == "" {
 		host, _ := os.Hostname()
 		c.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), txmsg.NewID()[24:])
-	}
-	if len(c.Name) > 255 {
-		return fmt.Errorf("%w: relay: Name must be at most 255 bytes", txmsg.ErrInvalidConfig)
 	}
 	setDefault(&c.BatchSize, DefaultBatchSize)
 	setDefault(&c.PollInterval, DefaultPollInterval)
@@ -312,32 +289,73 @@ func (c *RelayConfig) validate() error {
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.MinBackoff, DefaultMinBackoff)
 	setDefault(&c.MaxBackoff, DefaultMaxBackoff)
+	if c.MaxWaitBackoff == 0 {
+		c.MaxWaitBackoff = min(max(DefaultMaxWaitBackoff, c.MinBackoff), c.MaxBackoff)
+	}
 	setDefault(&c.Retention, DefaultRetention)
 	setDefault(&c.PurgeInterval, DefaultPurgeInterval)
 	setDefault(&c.PurgeBatch, DefaultPurgeBatch)
-	setDefault(&c.Buckets, DefaultBuckets)
 	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	setDefault(&c.HandOverAfter, handOverTTLs*c.LeaseTTL)
 	setDefault(&c.SettleDelay, DefaultSettleDelay)
 	setDefault(&c.MaxLag, DefaultMaxLag)
-	if c.MaxBackoff < c.MinBackoff {
-		return fmt.Errorf("%w: relay: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
-	}
-	if c.MaxWaitBackoff == 0 {
-		c.MaxWaitBackoff = min(max(DefaultMaxWaitBackoff, c.MinBackoff), c.MaxBackoff)
-	}
-	if c.MaxWaitBackoff < c.MinBackoff || c.MaxWaitBackoff > c.MaxBackoff {
-		return fmt.Errorf("%w: relay: MaxWaitBackoff %v must lie between MinBackoff %v and MaxBackoff %v",
-			txmsg.ErrInvalidConfig, c.MaxWaitBackoff, c.MinBackoff, c.MaxBackoff)
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	hooks, err := driver.BindHooks(c.Hooks, c.Logger)
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
+	return c
+}
+
+// Validate checks a config that went through [RelayConfig.WithDefaults]:
+// a zero field that has a default is refused. Its errors wrap
+// [txmsg.ErrInvalidConfig] and name the field.
+func (c RelayConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: relay: "+format, append([]any{txmsg.ErrInvalidConfig}, args...)...)
 	}
-	c.Hooks = hooks
+	if c.Name == "" || len(c.Name) > 255 {
+		return bad("Name %q must be 1 to 255 bytes", c.Name)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BatchSize", c.BatchSize}, {"ClaimBytes", c.ClaimBytes}, {"PublishBytes", c.PublishBytes}, {"PurgeBatch", c.PurgeBatch}} {
+		if f.v <= 0 {
+			return bad("%s %d must be positive", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"PollInterval", c.PollInterval}, {"PublishTimeout", c.PublishTimeout}, {"MinBackoff", c.MinBackoff},
+		{"MaxBackoff", c.MaxBackoff}, {"MaxWaitBackoff", c.MaxWaitBackoff}, {"PurgeInterval", c.PurgeInterval},
+		{"LeaseTTL", c.LeaseTTL}, {"SettleDelay", c.SettleDelay}} {
+		if f.v <= 0 {
+			return bad("%s %v must be positive", f.name, f.v)
+		}
+	}
+	if c.MaxAttempts == 0 {
+		return bad("MaxAttempts is 0: set it, or a negative value to retry forever")
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"Retention", c.Retention}, {"HandOverAfter", c.HandOverAfter}, {"MaxLag", c.MaxLag}} {
+		if f.v == 0 {
+			return bad("%s is 0: set it, or a negative value for never", f.name)
+		}
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		return bad("MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
+	}
+	if c.MaxWaitBackoff < c.MinBackoff || c.MaxWaitBackoff > c.MaxBackoff {
+		return bad("MaxWaitBackoff %v must lie between MinBackoff %v and MaxBackoff %v", c.MaxWaitBackoff, c.MinBackoff, c.MaxBackoff)
+	}
+	if c.Logger == nil {
+		return bad("Logger is nil; call WithDefaults first")
+	}
+	if _, err := driver.BindHooks(c.Hooks, c.Logger); err != nil {
+		return bad("Hooks: %w", err)
+	}
 	return nil
 }
 

@@ -27,7 +27,7 @@ func TestOutboxConformance(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.NoError(t, pub.Start(context.Background()))
-		relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob})
+		relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

@@ -60,7 +60,7 @@ func TestBrokerCutOffRelayHandsOver(t *testing.T) {
 			require.Eventually(t, func() bool { return e.stats().Sent == n }, time.Minute, 50*time.Millisecond,
 				"the cut-off relay's rows are published by the other relay")
 			require.Eventually(t, func() bool { return obs.Distinct() == n }, time.Minute, 50*time.Millisecond)
-			require.Zero(t, e.stats().Dead)
+			require.Zero(t, e.stats().Parked)
 			require.Eventually(t, func() bool { return cut.handedOver() }, waitFor, tick)
 			err := cut.Health(context.Background())
 			require.ErrorIs(t, err, txmsg.ErrUnavailable, "the cut-off relay is not healthy")

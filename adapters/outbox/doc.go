@@ -12,11 +12,11 @@
 //
 //	ob, err := outbox.New(db, outbox.Config{})
 //	...
-//	relay, err := outbox.NewRelay(db, publisher, outbox.RelayConfig{Outbox: ob})
+//	relay, err := outbox.NewRelay(ob, publisher, outbox.RelayConfig{})
 //	go relay.Run(ctx)
 //
-// A commit through [Outbox.Transact] wakes the relays built with that
-// Outbox at once. Commits in other processes, and those made with
+// A relay takes its table and buckets from its Outbox, and a commit
+// through [Outbox.Transact] wakes the relays of that Outbox at once. Commits in other processes, and those made with
 // [Outbox.EnqueueTx] without a following [Outbox.Notify], are found by
 // polling.
 //
@@ -57,7 +57,7 @@
 // # Failures
 //
 // A row the broker refuses (the Publisher's error wraps txmsg.ErrRejected
-// or txmsg.ErrInvalidMessage) counts an attempt and is dead after
+// or txmsg.ErrInvalidMessage) counts an attempt and is parked after
 // [RelayConfig.MaxAttempts]. A row that failed because the broker or the
 // route was unavailable ([txmsg.IsUnavailable]) counts nothing: it waits,
 // backing off up to [RelayConfig.MaxWaitBackoff] (5 s), however long the
@@ -76,7 +76,7 @@
 // read, so it waits for a writer whose outbox row is not committed yet
 // instead of skipping it. A row that fails holds back the later rows of its
 // key, and a row waiting for the broker never stops doing so; a row that
-// goes dead stops holding them back. See [RelayConfig] for
+// is parked stops holding them back. See [RelayConfig] for
 // the limits.
 //
 // # Database
@@ -84,4 +84,13 @@
 // MySQL 8 or MariaDB 10.6 and later (for SKIP LOCKED); outbox.sql holds the
 // tables. Timestamps are written in UTC and read back as time.Time, so the
 // MySQL DSN needs parseTime=true.
+//
+// # Parked rows
+//
+// A row that failed [RelayConfig.MaxAttempts] times is parked
+// ([StatusParked]): no relay publishes it until an operator requeues it
+// ([Outbox.Requeue]) or deletes it ([Outbox.DeleteParked],
+// [Outbox.PurgeParked]); [Outbox.List] with Status StatusParked lists
+// them. The status column stores parked rows as "dead", the value of
+// earlier releases.
 package outbox

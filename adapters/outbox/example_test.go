@@ -70,7 +70,7 @@ func Example() {
 		panic(err)
 	}
 	defer pub.Close(ctx)
-	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob})
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{})
 	if err != nil {
 		panic(err)
 	}
@@ -84,13 +84,13 @@ func Example() {
 		func(ctx context.Context, tx *gorm.DB) error { return tx.Create(&exampleOrder{ID: 42}).Error })
 	fmt.Println(receipt.State, err)
 	stats, err := waitSent(ctx, ob, 1)
-	fmt.Printf("sent %d, pending %d, dead %d, %v\n", stats.Sent, stats.Pending, stats.Dead, err)
+	fmt.Printf("sent %d, pending %d, parked %d, %v\n", stats.Sent, stats.Pending, stats.Parked, err)
 
 	stopRelay() // a batch being published is finished and marked first
 	fmt.Println(<-relayDone)
 	// Output:
 	// committed <nil>
-	// sent 1, pending 0, dead 0, <nil>
+	// sent 1, pending 0, parked 0, <nil>
 	// <nil>
 }
 
@@ -136,7 +136,7 @@ func ExampleOutbox_EnqueueTx() {
 	}
 	defer pub.Close(ctx)
 	// An ordered relay publishes the rows of one sharding key in commit order.
-	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Ordered: true})
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{Ordered: true})
 	if err != nil {
 		panic(err)
 	}

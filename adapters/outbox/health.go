@@ -13,7 +13,7 @@ import (
 // ErrLagging means the relays fall behind: the oldest pending row is older
 // than [RelayConfig.MaxLag]. The broker may be failing (rows back off), the
 // relays may be too few or stopped, or a row keeps failing until it is
-// dead.
+// parked.
 var ErrLagging = errors.New("outbox: relay is lagging")
 
 // Health reports whether the relay is keeping up: Run is running, its
@@ -30,7 +30,7 @@ var ErrLagging = errors.New("outbox: relay is lagging")
 // by ctx.
 //
 // Lag is measured over the whole table, so every relay of a table reports
-// it; a row held back by its own failures counts too, until it is dead.
+// it; a row held back by its own failures counts too, until it is parked.
 func (r *Relay) Health(ctx context.Context) error {
 	if !r.running.Load() {
 		return fmt.Errorf("outbox: relay %s is not running: %w", r.cfg.Name, txmsg.ErrNotStarted)
@@ -46,7 +46,7 @@ func (r *Relay) Health(ctx context.Context) error {
 	}
 	// The lag by the database's clock, with which created_at is written.
 	var row struct{ Lag sql.NullInt64 }
-	err := r.db.WithContext(ctx).Table(r.cfg.Table).Where("status = ?", StatusPending).
+	err := r.db.WithContext(ctx).Table(r.table).Where("status = ?", StatusPending).
 		Select("TIMESTAMPDIFF(MICROSECOND, MIN(created_at), " + dbClock + ") AS lag").Scan(&row).Error
 	if err != nil {
 		return fmt.Errorf("outbox: relay %s: database: %w", r.cfg.Name, err)
@@ -55,7 +55,7 @@ func (r *Relay) Health(ctx context.Context) error {
 		return nil
 	}
 	if lag := time.Duration(row.Lag.Int64) * time.Microsecond; lag > r.cfg.MaxLag {
-		return fmt.Errorf("%w: the oldest pending row of %s is %s old (MaxLag %s)", ErrLagging, r.cfg.Table, lag.Round(time.Second), r.cfg.MaxLag)
+		return fmt.Errorf("%w: the oldest pending row of %s is %s old (MaxLag %s)", ErrLagging, r.table, lag.Round(time.Second), r.cfg.MaxLag)
 	}
 	return nil
 }

@@ -125,16 +125,13 @@ func (e *env) stats() Stats {
 // sets its own.
 func (e *env) relay(pub txmsg.Publisher, cfg RelayConfig) *Relay {
 	e.t.Helper()
-	if cfg.Outbox == nil && cfg.Table == "" {
-		cfg.Outbox = e.ob
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(e.t)
 	}
 	setDefault(&cfg.PollInterval, 100*time.Millisecond)
 	setDefault(&cfg.MinBackoff, 20*time.Millisecond)
 	setDefault(&cfg.MaxBackoff, 100*time.Millisecond)
-	r, err := NewRelay(e.db, pub, cfg)
+	r, err := NewRelay(e.ob, pub, cfg)
 	require.NoError(e.t, err)
 	return r
 }

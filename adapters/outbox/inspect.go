@@ -14,11 +14,18 @@ import (
 // MaxListLimit is the most rows [Outbox.List] returns at once.
 const MaxListLimit = 1000
 
+// DefaultListLimit is the page size of [Outbox.List] for a Limit of 0.
+const DefaultListLimit = 100
+
 // ListFilter selects outbox rows for [Outbox.List]. The zero value lists
-// every row, oldest first, 100 at a time.
+// every row, oldest first, [DefaultListLimit] at a time.
 type ListFilter struct {
-	// Status, when set, keeps rows of that status only.
+	// Status, when set, keeps rows of that status only: [StatusParked]
+	// lists the rows that wait for an operator.
 	Status Status
+	// IDs, when set, keeps the rows with these txmsg IDs only; IDs with no
+	// row are left out. At most [MaxListLimit] IDs.
+	IDs []string
 	// Topic, when set, keeps rows of that topic only (exact match).
 	Topic string
 	// Key, when set, keeps rows whose txmsg ID, sharding key or one of
@@ -29,7 +36,8 @@ type ListFilter struct {
 	// AfterID, when positive, starts after the row with this primary key:
 	// the ID of the last row of the previous page.
 	AfterID int64
-	// Limit is the page size: 0 means 100; at most [MaxListLimit].
+	// Limit is the page size: 0 means [DefaultListLimit], or len(IDs)
+	// when IDs are more; at most [MaxListLimit].
 	Limit int
 }
 
@@ -45,15 +53,20 @@ func (o *Outbox) List(ctx context.Context, f ListFilter) ([]Row, error) {
 		return nil, fmt.Errorf("%w: limit %d is not between 0 and %d", ErrBadFilter, f.Limit, MaxListLimit)
 	case f.OlderThan < 0:
 		return nil, fmt.Errorf("%w: age %v is negative", ErrBadFilter, f.OlderThan)
-	case f.Status != "" && f.Status != StatusPending && f.Status != StatusSent && f.Status != StatusDead:
-		return nil, fmt.Errorf("%w: status %q is not pending, sent or dead", ErrBadFilter, f.Status)
+	case len(f.IDs) > MaxListLimit:
+		return nil, fmt.Errorf("%w: %d IDs are more than %d; list them in parts", ErrBadFilter, len(f.IDs), MaxListLimit)
+	case f.Status != "" && f.Status != StatusPending && f.Status != StatusSent && f.Status != StatusParked:
+		return nil, fmt.Errorf("%w: status %q is not %s, %s or %s (parked)", ErrBadFilter, f.Status, StatusPending, StatusSent, StatusParked)
 	}
 	if f.Limit == 0 {
-		f.Limit = 100
+		f.Limit = max(DefaultListLimit, len(f.IDs))
 	}
 	q := o.q.WithContext(ctx).Table(o.cfg.Table)
 	if f.Status != "" {
 		q = q.Where(clause.Eq{Column: clause.Column{Name: "status"}, Value: f.Status})
+	}
+	if len(f.IDs) > 0 {
+		q = q.Where("msg_id IN ?", f.IDs)
 	}
 	if f.Topic != "" {
 		q = q.Where(clause.Eq{Column: clause.Column{Name: "topic"}, Value: f.Topic})

@@ -21,7 +21,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	ids := e.send(4, "l", func(m *txmsg.Message) { m.Keys = []string{"order-7", "cust%_1"} })
 	other := e.send(1, "o", func(m *txmsg.Message) { m.Topic = "other_topic"; m.ShardingKey = "shard-9" })
 	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id = ?", ids[0]).
-		Updates(map[string]any{"status": StatusDead, "created_at": time.Now().UTC().Add(-time.Hour)}).Error)
+		Updates(map[string]any{"status": StatusParked, "created_at": time.Now().UTC().Add(-time.Hour)}).Error)
 
 	list := func(f ListFilter) []string {
 		rows, err := e.ob.List(ctx, f)
@@ -32,7 +32,7 @@ func TestListFiltersAndPages(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []string{ids[0]}, list(ListFilter{Status: StatusDead}))
+	require.Equal(t, []string{ids[0]}, list(ListFilter{Status: StatusParked}))
 	require.Equal(t, ids[1:], list(ListFilter{Status: StatusPending, Topic: e.topic}))
 	require.Equal(t, ids, list(ListFilter{Key: "order-7"}))
 	require.Equal(t, ids, list(ListFilter{Key: "cust%_1"}))

@@ -46,9 +46,9 @@ func (l *leaseState) usable(now time.Time, ttl time.Duration) []int {
 	return out
 }
 
-func (r *Relay) leaseTable() string { return r.cfg.Table + leaseSuffix }
+func (r *Relay) leaseTable() string { return r.table + leaseSuffix }
 
-func (r *Relay) relayTable() string { return r.cfg.Table + relaySuffix }
+func (r *Relay) relayTable() string { return r.table + relaySuffix }
 
 // forgetAfter is how many lease TTLs after its last round the row of a
 // relay that died without deregistering is deleted from the relay table.
@@ -101,7 +101,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		return err
 	}
 	var all []Lease
-	if err := db.Where("bucket < ?", r.cfg.Buckets).Order("bucket").Find(&all).Error; err != nil {
+	if err := db.Where("bucket < ?", r.buckets).Order("bucket").Find(&all).Error; err != nil {
 		return fmt.Errorf("outbox: read leases: %w", err)
 	}
 	now, err := dbNow(ctx, r.db)
@@ -129,7 +129,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 		}
 		asking = asking || l.WantedBy == self
 	}
-	share := shares(r.cfg.Buckets, members, held)
+	share := shares(r.buckets, members, held)
 	if len(members) != r.lease.members || share[self] != r.lease.share {
 		r.log.Debug("fair share", "relays", len(members), "share", share[self])
 		r.lease.members, r.lease.share = len(members), share[self]
@@ -247,7 +247,7 @@ func (r *Relay) maintainLeases(ctx context.Context) error {
 	} else if asking {
 		// At its share: asks left from earlier rounds would only make an
 		// owner hand over a bucket this relay does not need.
-		res := db.Where("bucket < ? AND wanted_by = ?", r.cfg.Buckets, self).
+		res := db.Where("bucket < ? AND wanted_by = ?", r.buckets, self).
 			Updates(map[string]any{"wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()})
 		if res.Error != nil {
 			return fmt.Errorf("outbox: withdraw asks: %w", res.Error)
@@ -343,7 +343,7 @@ func (r *Relay) forget(ctx context.Context, seen []Member, now time.Time) {
 // writers disagree on Buckets.
 func (r *Relay) ensureLeaseRows(ctx context.Context) error {
 	db := r.db.WithContext(ctx)
-	rows := make([]Lease, r.cfg.Buckets)
+	rows := make([]Lease, r.buckets)
 	for i := range rows {
 		rows[i] = Lease{Bucket: i, ExpiresAt: time.Unix(0, 0).UTC(), WantedAt: time.Unix(1, 0).UTC()}
 	}
@@ -352,16 +352,16 @@ func (r *Relay) ensureLeaseRows(ctx context.Context) error {
 		return fmt.Errorf("outbox: create lease rows in %s: %w", r.leaseTable(), err)
 	}
 	var maxBucket *int
-	err = db.Table(r.cfg.Table).Where("status = ?", StatusPending).Select("MAX(bucket)").Scan(&maxBucket).Error
+	err = db.Table(r.table).Where("status = ?", StatusPending).Select("MAX(bucket)").Scan(&maxBucket).Error
 	if err != nil {
-		return fmt.Errorf("outbox: check buckets in %s: %w", r.cfg.Table, err)
+		return fmt.Errorf("outbox: check buckets in %s: %w", r.table, err)
 	}
-	if maxBucket != nil && *maxBucket >= r.cfg.Buckets && !r.cfg.Ordered {
+	if maxBucket != nil && *maxBucket >= r.buckets && !r.cfg.Ordered {
 		r.log.Warn("pending rows use more buckets than this relay leases; the owner of bucket 0 claims them, so they are not spread over the relays",
-			"buckets", r.cfg.Buckets, "max_bucket", *maxBucket)
-	} else if maxBucket != nil && *maxBucket >= r.cfg.Buckets {
+			"buckets", r.buckets, "max_bucket", *maxBucket)
+	} else if maxBucket != nil && *maxBucket >= r.buckets {
 		r.log.Error("pending rows use more buckets than this relay leases; rows in the extra buckets wait until Buckets matches the Outbox's",
-			"buckets", r.cfg.Buckets, "max_bucket", *maxBucket)
+			"buckets", r.buckets, "max_bucket", *maxBucket)
 	}
 	return nil
 }

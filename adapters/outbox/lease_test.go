@@ -52,7 +52,7 @@ func TestOrderedRelayIgnoresDeadRelaysAsk(t *testing.T) {
 	}
 
 	pub := newMemPublisher()
-	r, err := NewRelay(e.db, pub, RelayConfig{Name: "relay-live", Ordered: true, Logger: testLogger(t),
+	r, err := NewRelay(e.ob, pub, RelayConfig{Name: "relay-live", Ordered: true, Logger: testLogger(t),
 		PollInterval: 100 * time.Millisecond, LeaseTTL: 3 * time.Second, SettleDelay: time.Millisecond})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)

@@ -1,6 +1,6 @@
 package outbox
 
-// Notify wakes the relays built with this Outbox (RelayConfig.Outbox) so
+// Notify wakes the relays built with this Outbox ([NewRelay]) so
 // they look for pending rows now instead of at their next poll. Transact
 // calls it after each commit. Call it after committing a transaction in
 // which you called [Outbox.EnqueueTx]; gorm offers no after-commit hook to

@@ -11,15 +11,15 @@ import (
 
 // Stats is a snapshot of the outbox table.
 type Stats struct {
-	// Pending, Sent and Dead count the rows in each status.
-	Pending, Sent, Dead int64
+	// Pending, Sent and Parked count the rows in each status.
+	Pending, Sent, Parked int64
 	// OldestPending is the age of the oldest pending row; zero when none
 	// is pending. A growing value means the relays fall behind or the
 	// broker is failing.
 	OldestPending time.Duration
 	// Waiting counts the pending rows whose last publish failed because
 	// the broker or the route was unavailable. They count no attempt and
-	// never go dead; they go out when the broker is back.
+	// are never parked; they go out when the broker is back.
 	Waiting int64
 }
 
@@ -51,43 +51,25 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 			}
 		case StatusSent:
 			s.Sent = g.N
-		case StatusDead:
-			s.Dead = g.N
+		case StatusParked:
+			s.Parked = g.N
 		}
 	}
 	return s, nil
 }
 
-// DefaultDeadLimit is how many rows [Outbox.Dead] returns for a limit of 0.
-const DefaultDeadLimit = 100
-
-// Dead returns up to limit dead rows, oldest first, for inspection before
-// a [Outbox.Requeue] or [Outbox.PurgeDead]. limit 0 means
-// [DefaultDeadLimit].
-func (o *Outbox) Dead(ctx context.Context, limit int) ([]Row, error) {
-	if limit <= 0 {
-		limit = DefaultDeadLimit
-	}
-	var rows []Row
-	err := o.q.WithContext(ctx).Table(o.cfg.Table).Where("status = ?", StatusDead).
-		Order("id").Limit(limit).Find(&rows).Error
-	if err != nil {
-		return nil, fmt.Errorf("outbox: list dead rows of %s: %w", o.cfg.Table, err)
-	}
-	return rows, nil
-}
-
-// Requeue makes the dead rows with the given txmsg IDs pending again with
-// zero attempts, and wakes the relays. IDs that are not dead are ignored.
-// It returns how many rows it requeued. In ordered mode a requeued row is
-// published after the rows of its key that went out while it was dead.
+// Requeue makes the parked rows with the given txmsg IDs pending again
+// with zero attempts, and wakes the relays. IDs that are not parked are
+// ignored. It returns how many rows it requeued. In ordered mode a
+// requeued row is published after the rows of its key that went out while
+// it was parked.
 func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	now := gorm.Expr(dbClock)
 	res := o.q.WithContext(ctx).Table(o.cfg.Table).
-		Where("status = ? AND msg_id IN ?", StatusDead, ids).
+		Where("status = ? AND msg_id IN ?", StatusParked, ids).
 		Updates(map[string]any{
 			"status":          StatusPending,
 			"attempts":        0,
@@ -98,39 +80,26 @@ func (o *Outbox) Requeue(ctx context.Context, ids ...string) (int64, error) {
 		return 0, fmt.Errorf("outbox: requeue in %s: %w", o.cfg.Table, res.Error)
 	}
 	if res.RowsAffected > 0 {
-		o.log.Info("requeued dead rows", "rows", res.RowsAffected, "txmsg_ids", ids, "state", StatusPending)
+		o.log.Info("requeued parked rows", "rows", res.RowsAffected, "txmsg_ids", ids, "state", StatusPending)
 		o.Notify()
 	}
 	return res.RowsAffected, nil
 }
 
-// Rows returns the rows with the given txmsg IDs, whatever their status,
-// in id order. IDs with no row are left out.
-func (o *Outbox) Rows(ctx context.Context, ids ...string) ([]Row, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	var rows []Row
-	if err := o.q.WithContext(ctx).Table(o.cfg.Table).Where("msg_id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("outbox: read %s: %w", o.cfg.Table, err)
-	}
-	return rows, nil
-}
-
-// DeleteDead deletes the dead rows with the given txmsg IDs and returns
-// how many it deleted; rows in another status are left alone, in the same
+// DeleteParked deletes the parked rows with the given txmsg IDs and
+// returns how many it deleted; rows in another status are left alone, in the same
 // statement, so a row requeued meanwhile is kept. Their messages are never
 // published.
-func (o *Outbox) DeleteDead(ctx context.Context, ids ...string) (int64, error) {
+func (o *Outbox) DeleteParked(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res := o.q.WithContext(ctx).Table(o.cfg.Table).Where("status = ? AND msg_id IN ?", StatusDead, ids).Delete(map[string]any{})
+	res := o.q.WithContext(ctx).Table(o.cfg.Table).Where("status = ? AND msg_id IN ?", StatusParked, ids).Delete(map[string]any{})
 	if res.Error != nil {
-		return 0, fmt.Errorf("outbox: delete dead rows of %s: %w", o.cfg.Table, res.Error)
+		return 0, fmt.Errorf("outbox: delete parked rows of %s: %w", o.cfg.Table, res.Error)
 	}
 	if res.RowsAffected > 0 {
-		o.log.Info("deleted dead rows", "rows", res.RowsAffected, "txmsg_ids", ids)
+		o.log.Info("deleted parked rows", "rows", res.RowsAffected, "txmsg_ids", ids)
 	}
 	return res.RowsAffected, nil
 }

@@ -193,18 +193,18 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 		return q
 	}
 	var ids []int64
-	if err := where(tx.WithContext(ctx).Table(r.cfg.Table)).Order("id").Limit(limit).Pluck("id", &ids).Error; err != nil {
-		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+	if err := where(tx.WithContext(ctx).Table(r.table)).Order("id").Limit(limit).Pluck("id", &ids).Error; err != nil {
+		return nil, fmt.Errorf("outbox: claim from %s: %w", r.table, err)
 	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	q := where(tx.WithContext(ctx).Table(r.cfg.Table).Select(metaColumns).
+	q := where(tx.WithContext(ctx).Table(r.table).Select(metaColumns).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})).
 		Where("id <= ?", ids[len(ids)-1])
 	var rows []*claimed
 	if err := q.Order("id").Limit(len(ids)).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("outbox: claim from %s: %w", r.cfg.Table, err)
+		return nil, fmt.Errorf("outbox: claim from %s: %w", r.table, err)
 	}
 	return rows, nil
 }

@@ -168,7 +168,6 @@ func TestOrderedFailingKeyHoldsOnlyItself(t *testing.T) {
 		return nil
 	})
 	cfg := orderedConfig("solo")
-	cfg.Buckets = 1
 	cfg.BatchSize = 2 // bad's rows fill whole windows: the relay must read past them
 	for i := range 5 {
 		e.sendKeyed("bad", i)

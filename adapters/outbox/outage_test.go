@@ -71,7 +71,7 @@ func publisherAt(t *testing.T, addr string) *txrmq.Publisher {
 
 // TestBrokerLongOutageNoDeadRows: relays with MaxAttempts 3 and tiny
 // backoffs fail for seconds against a name server nobody answers (many
-// times more failed cycles than MaxAttempts). No row goes dead: they wait,
+// times more failed cycles than MaxAttempts). No row is parked: they wait,
 // show in Stats.Waiting and in the Health of every relay (each leases
 // buckets with waiting rows: there is a key per bucket), and go out, in
 // key order, once the relays reach the real broker, either by being
@@ -132,10 +132,10 @@ func TestBrokerLongOutageNoDeadRows(t *testing.T) {
 			}
 			began := time.Now()
 			require.Eventually(t, func() bool {
-				return e.stats().Dead > 0 || (pub.least(tried) >= 4*3 && time.Since(began) > 3*time.Second)
+				return e.stats().Parked > 0 || (pub.least(tried) >= 4*3 && time.Since(began) > 3*time.Second)
 			}, 2*time.Minute, 50*time.Millisecond, "rows tried four times MaxAttempts, for seconds")
 			s := e.stats()
-			require.Zero(t, s.Dead, "a broker outage makes no row dead")
+			require.Zero(t, s.Parked, "a broker outage parks no row")
 			require.EqualValues(t, n, s.Pending)
 			require.EqualValues(t, len(tried), s.Waiting, "the rows tried wait for the broker")
 			for _, row := range e.rows("") {
@@ -163,7 +163,7 @@ func TestBrokerLongOutageNoDeadRows(t *testing.T) {
 			require.Eventually(t, func() bool { return e.stats().Sent == int64(n) }, 2*time.Minute, 50*time.Millisecond)
 			require.Eventually(t, func() bool { return obs.Distinct() == n }, time.Minute, 50*time.Millisecond)
 			s = e.stats()
-			require.Zero(t, s.Dead)
+			require.Zero(t, s.Parked)
 			require.Zero(t, s.Waiting)
 			if ordered {
 				for _, r := range relays {
@@ -211,10 +211,10 @@ func requireStoredInKeyOrder(t *testing.T, obs *testbed.Observer, keys, perKeyN 
 	}
 }
 
-// TestBrokerRejectedMessageGoesDead: a message the broker itself refuses
+// TestBrokerRejectedMessageIsParked: a message the broker itself refuses
 // (a body over its 4 MiB maxMessageSize) still counts its attempts and is
-// dead after MaxAttempts, while the messages around it go out.
-func TestBrokerRejectedMessageGoesDead(t *testing.T) {
+// parked after MaxAttempts, while the messages around it go out.
+func TestBrokerRejectedMessageIsParked(t *testing.T) {
 	t.Parallel()
 	testbed.QuietClientLogs()
 	testbed.RequireBroker(t)
@@ -234,8 +234,8 @@ func TestBrokerRejectedMessageGoesDead(t *testing.T) {
 	good1 := e.send(1, "good-1")[0]
 
 	start(t, e.relay(pub, RelayConfig{MaxAttempts: 3, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}))
-	require.Eventually(t, func() bool { s := e.stats(); return s.Dead == 1 && s.Sent == 2 }, time.Minute, 50*time.Millisecond)
-	dead := e.rows("status = ?", StatusDead)
+	require.Eventually(t, func() bool { s := e.stats(); return s.Parked == 1 && s.Sent == 2 }, time.Minute, 50*time.Millisecond)
+	dead := e.rows("status = ?", StatusParked)
 	require.Len(t, dead, 1)
 	require.Equal(t, r.ID, dead[0].MsgID)
 	require.Equal(t, 3, dead[0].Attempts)
@@ -266,14 +266,13 @@ func TestOrderedWaitingRowHoldsItsKey(t *testing.T) {
 		e.sendKeyed("other", i)
 	}
 	cfg := orderedConfig("waiting")
-	cfg.Buckets = 1
 	cfg.MaxAttempts = 1
 	start(t, e.relay(pub, cfg))
 	require.Eventually(t, func() bool { return len(perKey(t, pub.published())["other"]) == 5 }, waitFor, tick)
 	require.Eventually(t, func() bool { return e.stats().Waiting == 1 }, waitFor, tick)
 	time.Sleep(300 * time.Millisecond) // many cycles
 	require.Empty(t, perKey(t, pub.published())["k"], "k's later rows wait for k:0")
-	require.Zero(t, e.stats().Dead)
+	require.Zero(t, e.stats().Parked)
 
 	away.Store(false)
 	require.Eventually(t, func() bool { return len(perKey(t, pub.published())["k"]) == 5 }, waitFor, tick)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Outbox writes messages into the outbox table inside local transactions.
@@ -31,6 +32,7 @@ var _ txmsg.Transactor = (*Outbox)(nil)
 // MySQL DSN must carry parseTime=true: without it New returns an error
 // wrapping [txmsg.ErrInvalidConfig] that says so. A db over a *sql.DB of
 // the caller's (gorm's mysql.New with Conn) is checked with one query.
+// cfg goes through [Config.WithDefaults] and [Config.Validate].
 func New(db *gorm.DB, cfg Config) (*Outbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: outbox: db is nil", txmsg.ErrInvalidConfig)
@@ -38,9 +40,15 @@ func New(db *gorm.DB, cfg Config) (*Outbox, error) {
 	if err := store.CheckParseTime(db); err != nil {
 		return nil, fmt.Errorf("%w: outbox: %w", txmsg.ErrInvalidConfig, err)
 	}
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: outbox: Hooks: %w", txmsg.ErrInvalidConfig, err)
+	}
+	cfg.Hooks = hooks
 	return &Outbox{
 		db:     db,
 		q:      store.Quiet(db),

@@ -18,11 +18,11 @@ func (o *Outbox) Purge(ctx context.Context, olderThan time.Duration, batch int) 
 	return o.purge(ctx, StatusSent, olderThan, batch)
 }
 
-// PurgeDead deletes dead rows that died more than olderThan ago, in
+// PurgeParked deletes parked rows that were parked more than olderThan ago, in
 // batches of batch rows (0 means [txmsg.DefaultPurgeBatch]), and returns how many it deleted.
 // Their messages are never published.
-func (o *Outbox) PurgeDead(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
-	return o.purge(ctx, StatusDead, olderThan, batch)
+func (o *Outbox) PurgeParked(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	return o.purge(ctx, StatusParked, olderThan, batch)
 }
 
 func (o *Outbox) purge(ctx context.Context, status Status, olderThan time.Duration, batch int) (int64, error) {
@@ -57,7 +57,7 @@ func (r *Relay) purgeSent(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return purgeRows(ctx, r.db, r.cfg.Table, StatusSent, now.Add(-r.cfg.Retention), r.cfg.PurgeBatch)
+	return purgeRows(ctx, r.db, r.table, StatusSent, now.Add(-r.cfg.Retention), r.cfg.PurgeBatch)
 }
 
 // purgeLoop deletes sent rows older than Retention, at start and every

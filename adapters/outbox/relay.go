@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
+	"github.com/txmsg/txmsg/txmsg/driver"
 )
 
 // Relay publishes pending outbox rows through a [txmsg.Publisher]. Run
@@ -26,12 +25,16 @@ import (
 // that fails after publishing (a deadlock victim, a lock wait timeout, a
 // lost connection) does not count: the relay marks the rows in a new
 // transaction before it claims again.
-// Relays share the rows through bucket leases (see [RelayConfig.Buckets]).
+// Relays share the rows through bucket leases (see [Config.Buckets]).
 type Relay struct {
+	ob  *Outbox
 	db  *gorm.DB
 	pub txmsg.Publisher
 	cfg RelayConfig
 	log *slog.Logger
+	// table and buckets are the Outbox's (Config.Table, Config.Buckets).
+	table   string
+	buckets int
 
 	running atomic.Bool
 	lease   leaseState // touched only by Run's goroutine
@@ -114,25 +117,34 @@ const (
 	maxErrorBackoff = 5 * time.Second
 )
 
-// NewRelay validates cfg and returns a Relay reading cfg.Table through db
-// and publishing through publisher. Call Run to start it. db's MySQL DSN
-// must carry parseTime=true, as for [New].
-func NewRelay(db *gorm.DB, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, error) {
-	if db == nil || publisher == nil {
-		return nil, fmt.Errorf("%w: relay: db and publisher are required", txmsg.ErrInvalidConfig)
+// NewRelay returns a Relay publishing the rows of ob's table through
+// publisher; ob's commits wake it without waiting for the next poll. It
+// reads the table through the handle ob was made with, and takes its
+// table and number of buckets from ob. cfg goes through
+// [RelayConfig.WithDefaults] and [RelayConfig.Validate]. Call Run to
+// start it.
+func NewRelay(ob *Outbox, publisher txmsg.Publisher, cfg RelayConfig) (*Relay, error) {
+	if ob == nil || publisher == nil {
+		return nil, fmt.Errorf("%w: relay: an Outbox and a publisher are required", txmsg.ErrInvalidConfig)
 	}
-	if err := store.CheckParseTime(db); err != nil {
-		return nil, fmt.Errorf("%w: relay: %w", txmsg.ErrInvalidConfig, err)
-	}
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	hooks, err := driver.BindHooks(cfg.Hooks, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: relay: Hooks: %w", txmsg.ErrInvalidConfig, err)
+	}
+	cfg.Hooks = hooks
 	return &Relay{
-		db:  store.Quiet(db), // every statement of the relay is its own
-		pub: publisher,
-		cfg: cfg,
-		now: time.Now,
-		log: cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", cfg.Table),
+		ob:      ob,
+		db:      ob.q, // every statement of the relay is its own
+		pub:     publisher,
+		cfg:     cfg,
+		table:   ob.cfg.Table,
+		buckets: ob.cfg.Buckets,
+		now:     time.Now,
+		log:     cfg.Logger.With("component", "txmsg.relay", "relay", cfg.Name, "table", ob.cfg.Table),
 	}, nil
 }
 
@@ -160,12 +172,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay started", "ordered", r.cfg.Ordered, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
 	defer r.log.Info("relay stopped")
 
-	var wake <-chan struct{}
-	if r.cfg.Outbox != nil {
-		ch, stop := r.cfg.Outbox.subscribe()
-		defer stop()
-		wake = ch
-	}
+	wake, stopWake := r.ob.subscribe()
+	defer stopWake()
 	var back <-chan struct{}
 	if n, ok := r.pub.(txmsg.BrokerReturnNotifier); ok {
 		ch, stop := n.NotifyBrokerReturn()
@@ -233,152 +241,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// trackOutage updates the relay's view of a broker outage after a cycle:
-// a cycle whose publishes only waited for the broker extends it (and the
-// backoff of the rows that wait); one that published and waited for
-// nothing ends it, and so does one that tried nothing while no row of the
-// table waits for the broker any more (another relay may have published
-// them, or taken this relay's buckets).
-//
-// The first cycle of an outage that publishes again makes the rows of
-// the relay's buckets that still wait for the broker due at once; then
-// trackOutage returns true: the next cycle should start now. A relay
-// whose publishes have failed for HandOverAfter hands its buckets over
-// (see handOver); its outage then ends only when it publishes again.
-func (r *Relay) trackOutage(ctx context.Context) (again bool) {
-	c := r.cycle
-	if c.sent > 0 {
-		r.standby.probing = false
-	}
-	defer r.handOverIfCutOff(ctx)
-	if c.sent > 0 && r.outage.streak > 0 && !r.outage.released {
-		r.outage.released = true
-		again = r.releaseWaiting(ctx, "the relay publishes again") > 0
-	}
-	switch {
-	case c.waiting > 0 && c.sent == 0:
-		if r.outage.streak == 0 {
-			r.outage.since = time.Now()
-			r.outage.released = false
-			r.outage.wait = 0
-			r.log.Warn("broker unavailable; pending rows wait for it without counting attempts", "waiting", c.waiting, "err", c.err)
-		}
-		r.outage.streak++
-		r.outage.wait++
-		r.unavailable.Store(&outageState{since: r.outage.since, waiting: c.waiting, err: c.err.Error()})
-	case c.waiting == 0 && r.outage.streak > 0 && (c.sent > 0 || (r.standby.until.IsZero() && !r.rowsWaiting(ctx))):
-		r.log.Info("broker available again", "unavailable_for", time.Since(r.outage.since).Round(time.Millisecond))
-		r.outage.streak, r.outage.wait = 0, 0
-		r.unavailable.Store(nil)
-	}
-	return again
-}
-
-// handOverIfCutOff hands the relay's buckets over when its last cycle
-// only waited for the broker and its publishes have failed for
-// HandOverAfter, or since it joined the lease rounds again after handing
-// them over. A relay that reaches the database but not the broker would
-// otherwise renew its leases, and keep its rows and keys from the other
-// relays, for as long as the outage lasts. It does so only while another
-// relay is live (a relay alone has nobody to hand them to) and holds no
-// marks to apply again (which need its leases).
-//
-// The relay releases its leases, withdraws its asks and deletes its row
-// of the relay table, all between batches, holding no lock in any bucket:
-// the other relays count one relay fewer and take the buckets at their
-// next lease round. It then runs no lease round and claims nothing until
-// HandOverAfter has passed or its publisher signals a broker's return;
-// Health reports the outage all along.
-func (r *Relay) handOverIfCutOff(ctx context.Context) {
-	c, o := r.cycle, &r.outage
-	if r.cfg.HandOverAfter < 0 || c.waiting == 0 || c.sent > 0 || !r.standby.until.IsZero() || r.unmarked != nil || ctx.Err() != nil {
-		return
-	}
-	if !r.standby.probing && time.Since(o.since) < r.cfg.HandOverAfter {
-		return
-	}
-	if r.lease.members < 2 {
-		return
-	}
-	held := len(r.lease.owned)
-	r.releaseLeases(ctx)
-	err := r.db.WithContext(ctx).Table(r.leaseTable()).Where("bucket < ? AND wanted_by = ?", r.cfg.Buckets, r.cfg.Name).
-		Updates(map[string]any{"wanted_by": "", "wanted_at": time.Unix(1, 0).UTC()}).Error
-	if err != nil {
-		r.log.Warn("cannot withdraw this relay's asks for buckets; they lapse after the lease TTL", "err", err)
-	}
-	r.lease.next = time.Time{}
-	r.standby.until = time.Now().Add(r.cfg.HandOverAfter)
-	r.standby.probing = false
-	r.log.Warn("broker unavailable for too long; buckets handed to the other relays",
-		"unavailable_for", time.Since(o.since).Round(time.Millisecond), "buckets", held, "relays", r.lease.members,
-		"rejoin_in", r.cfg.HandOverAfter, "err", c.err)
-	if s := r.unavailable.Load(); s != nil {
-		next := *s
-		next.rejoin = r.standby.until
-		r.unavailable.Store(&next)
-	}
-}
-
-// rejoin ends the relay's standby: it joins the lease rounds at its next
-// cycle, and hands the buckets it gets over again at once if its
-// publishes still fail.
-func (r *Relay) rejoin(why string) {
-	r.standby.until = time.Time{}
-	r.standby.probing = true
-	r.log.Info("joining the lease rounds again to try the broker", "why", why)
-	if s := r.unavailable.Load(); s != nil {
-		next := *s
-		next.rejoin = time.Time{}
-		r.unavailable.Store(&next)
-	}
-}
-
-// releaseLimit bounds the rows one release makes due, in batches of the
-// relay: enough to keep it busy; the rest are due within MaxWaitBackoff.
-const releaseLimit = 20
-
-// releaseWaiting makes the pending rows of the relay's buckets that wait
-// for the broker due now, at most releaseLimit batches of them, and
-// returns how many it released. Only the relay's own buckets: their rows
-// are claimed by this relay alone, so the update waits for no other
-// relay's claim, and each relay releases its rows when it sees the broker
-// back. Key order is kept in ordered mode: next_attempt_at only says when
-// a row may go, never which row of a key goes first. A failure is logged
-// and otherwise ignored: the rows are due within MaxWaitBackoff anyway.
-func (r *Relay) releaseWaiting(ctx context.Context, why string) int64 {
-	owned := r.lease.usable(r.now(), r.cfg.LeaseTTL)
-	if len(owned) == 0 || ctx.Err() != nil {
-		return 0
-	}
-	res := r.db.WithContext(ctx).Table(r.cfg.Table).
-		Where("status = ? AND last_error LIKE ? AND next_attempt_at > UTC_TIMESTAMP(6)", StatusPending, waitingPrefix+"%").
-		Where(r.inBuckets(r.db, owned)).
-		Limit(releaseLimit*r.cfg.BatchSize).
-		Update("next_attempt_at", gorm.Expr("UTC_TIMESTAMP(6)"))
-	if res.Error != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("cannot retry the rows waiting for the broker now; they retry on their own schedule", "why", why, "err", res.Error)
-		}
-		return 0
-	}
-	if res.RowsAffected > 0 {
-		r.log.Info("retrying the rows waiting for the broker now", "why", why, "rows", res.RowsAffected)
-	}
-	return res.RowsAffected
-}
-
-// rowsWaiting reports whether a pending row of the table waits for the
-// broker; on a database error it says yes, so that Health keeps the
-// outage it knows of.
-func (r *Relay) rowsWaiting(ctx context.Context) bool {
-	var ids []int64
-	err := r.db.WithContext(ctx).Table(r.cfg.Table).
-		Where("status = ? AND last_error LIKE ?", StatusPending, waitingPrefix+"%").
-		Limit(1).Pluck("id", &ids).Error
-	return err != nil || len(ids) > 0
-}
-
 // cycleResult tells Run when to look again.
 type cycleResult struct {
 	// more means a full batch was published: look again at once.
@@ -428,114 +290,6 @@ func (r *Relay) inTx(ctx context.Context, fn func(tx *gorm.DB) error) error {
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.PublishTimeout+time.Minute)
 	defer cancel()
 	return r.db.WithContext(txCtx).Transaction(fn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-}
-
-// Re-applying the marks of a failed claim: remarkTries attempts in a
-// row, remarkBackoff doubling between them; a plan still not applied is
-// kept and tried again at the start of each cycle, for up to
-// remarkHoldTTLs lease TTLs after the claim failed.
-const (
-	remarkTries    = 5
-	remarkBackoff  = 50 * time.Millisecond
-	remarkHoldTTLs = 10
-)
-
-// recoverMarks runs after a claim transaction failed with err. When the
-// claim had published rows, or recorded failures, before it failed, the
-// rows are still pending (or, after a lost COMMIT, perhaps marked): the
-// marks are held and applied again in a new transaction before the relay
-// claims anything else, so that a deadlock, a lock wait timeout or a lost
-// connection does not make the next claim publish the rows again.
-// plan is the claim's marks if it got to work them out, nil otherwise.
-// It reports whether the marks are applied; false means err stands
-// (nothing was published, or the marks are held for the next cycle).
-//
-// A test hook's simulated crash is left alone: a crashed relay marks
-// nothing.
-func (r *Relay) recoverMarks(ctx context.Context, err error, rows []*Row, results []error, plan *markPlan) bool {
-	var crash *crashError
-	if errors.As(err, &crash) || rows == nil {
-		return false
-	}
-	if plan == nil {
-		plan = r.planMarks(rows, results)
-	}
-	if len(plan.updates) == 0 {
-		return false
-	}
-	plan.since = time.Now()
-	r.unmarked = plan
-	r.log.Warn("claim transaction failed after publishing; marking its rows in a new transaction",
-		"err", err, "sent", plan.sent, "rows", plan.rows())
-	return r.remark(ctx) == nil
-}
-
-// remark applies the held marks, if any, in a new transaction, with up to
-// remarkTries attempts. It returns nil once they are applied (or there
-// are none), and the last error otherwise; the marks are then kept for
-// the next cycle, unless they are older than remarkHoldTTLs lease TTLs.
-//
-// In the new transaction the rows are no longer locked, so the update is
-// guarded (see applyMarks): it changes only rows still as claimed. Until
-// it applies, no other relay claims them: in both modes a relay claims
-// only from the buckets it leases, and this relay neither claims nor runs
-// a lease round, which is where it would hand a bucket over, while marks
-// are held. Only if its lease runs out meanwhile may another relay
-// publish the rows again, as after a crash.
-func (r *Relay) remark(ctx context.Context) error {
-	p := r.unmarked
-	if p == nil {
-		return nil
-	}
-	var err error
-	for try := 1; try <= remarkTries; try++ {
-		if try > 1 {
-			time.Sleep(jitter(expBackoff(remarkBackoff, maxErrorBackoff, try-1)))
-		}
-		var changed int64
-		err = r.inTx(ctx, func(tx *gorm.DB) error {
-			var err error
-			changed, err = r.applyMarks(tx, p, true)
-			return err
-		})
-		if err == nil {
-			r.unmarked = nil
-			r.remarked.Add(1)
-			r.log.Info("rows of the failed claim marked", "sent", p.sent, "rows", p.rows(), "changed", changed,
-				"left", int64(p.rows())-changed, "tries", try)
-			return nil
-		}
-	}
-	if time.Since(p.since) > remarkHoldTTLs*r.cfg.LeaseTTL {
-		r.unmarked = nil
-		r.log.Error("giving up marking the rows of a failed claim; other relays own their buckets by now and may publish them again",
-			"err", err, "sent", p.sent, "rows", p.rows(), "failed_at", p.since)
-		return fmt.Errorf("outbox: mark %d rows of a failed claim: %w", p.rows(), err)
-	}
-	r.log.Warn("cannot mark the rows of a failed claim yet; the relay claims nothing until they are",
-		"err", err, "sent", p.sent, "rows", p.rows(), "tries", remarkTries)
-	return fmt.Errorf("outbox: mark %d rows of a failed claim: %w", p.rows(), err)
-}
-
-// remarkOnExit makes a last attempt at held marks when Run returns.
-func (r *Relay) remarkOnExit(ctx context.Context) {
-	if r.unmarked == nil {
-		return
-	}
-	if err := r.remark(context.WithoutCancel(ctx)); err != nil && r.unmarked != nil {
-		r.log.Error("relay stops with rows published but not marked; they will be published again",
-			"err", err, "sent", r.unmarked.sent, "rows", r.unmarked.rows())
-		r.unmarked = nil
-	}
-}
-
-// hookBeforeMark runs the beforeMark test hook when the claim published
-// a row.
-func (r *Relay) hookBeforeMark(ctx context.Context, tx *gorm.DB, results []error) error {
-	if r.beforeMark == nil || !slices.Contains(results, nil) {
-		return nil
-	}
-	return r.beforeMark(ctx, tx)
 }
 
 // expBackoff returns lo·2^(n-1), capped at hi.

@@ -140,9 +140,9 @@ func TestRelayPartialBatchFailure(t *testing.T) {
 	}
 }
 
-// TestRelayPoisonGoesDead: a message the publisher always rejects is dead
+// TestRelayPoisonIsParked: a message the publisher always rejects is parked
 // after MaxAttempts, shows in Stats, and can be requeued.
-func TestRelayPoisonGoesDead(t *testing.T) {
+func TestRelayPoisonIsParked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	pub := newMemPublisher()
@@ -157,8 +157,8 @@ func TestRelayPoisonGoesDead(t *testing.T) {
 	start(t, e.relay(pub, RelayConfig{MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}))
 	ids := e.send(3, "poison")
 
-	require.Eventually(t, func() bool { s := e.stats(); return s.Dead == 1 && s.Sent == 2 }, waitFor, tick)
-	dead, err := e.ob.Dead(context.Background(), 0)
+	require.Eventually(t, func() bool { s := e.stats(); return s.Parked == 1 && s.Sent == 2 }, waitFor, tick)
+	dead, err := e.ob.List(context.Background(), ListFilter{Status: StatusParked})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, ids[1], dead[0].MsgID)
@@ -173,8 +173,8 @@ func TestRelayPoisonGoesDead(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "only the dead row is requeued")
 	row := e.rows("msg_id = ?", ids[1])[0]
-	require.True(t, row.Status == StatusPending || row.Status == StatusDead)
-	require.Eventually(t, func() bool { return e.stats().Dead == 1 }, waitFor, tick, "still poison: dead again")
+	require.True(t, row.Status == StatusPending || row.Status == StatusParked)
+	require.Eventually(t, func() bool { return e.stats().Parked == 1 }, waitFor, tick, "still poison: dead again")
 
 	reject.Store(false)
 	n, err = e.ob.Requeue(context.Background(), ids[1])
@@ -199,14 +199,14 @@ func TestOpsStatsAndPurge(t *testing.T) {
 	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids[2:3]).
 		Updates(map[string]any{"status": StatusSent}).Error)
 	require.NoError(t, e.db.Table(e.ob.Table()).Where("msg_id IN ?", ids[3:5]).
-		Updates(map[string]any{"status": StatusDead, "updated_at": past}).Error)
+		Updates(map[string]any{"status": StatusParked, "updated_at": past}).Error)
 	s = e.stats()
-	require.Equal(t, Stats{Pending: 1, Sent: 3, Dead: 2, OldestPending: s.OldestPending}, s)
+	require.Equal(t, Stats{Pending: 1, Sent: 3, Parked: 2, OldestPending: s.OldestPending}, s)
 
 	n, err := e.ob.Purge(ctx, time.Hour, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "only sent rows older than an hour")
-	n, err = e.ob.PurgeDead(ctx, time.Hour, 0)
+	n, err = e.ob.PurgeParked(ctx, time.Hour, 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	s = e.stats()
@@ -375,7 +375,9 @@ func TestRelayDatabaseDown(t *testing.T) {
 	})
 
 	pub := newMemPublisher()
-	r, err := NewRelay(relayDB, pub, RelayConfig{Outbox: e.ob, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
+	relayOb, err := New(relayDB, Config{Logger: testLogger(t)})
+	require.NoError(t, err)
+	r, err := NewRelay(relayOb, pub, RelayConfig{PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
 	require.NoError(t, err)
 	rr := start(t, r)
 	e.send(1, "before")
@@ -398,30 +400,26 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 	pub := newMemPublisher()
 	_, err := NewRelay(nil, pub, RelayConfig{})
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
-	_, err = NewRelay(db, nil, RelayConfig{})
-	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	ob, err := New(db, Config{Table: "orders_outbox", Buckets: 8})
 	require.NoError(t, err)
+	_, err = NewRelay(ob, nil, RelayConfig{})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	for _, cfg := range []RelayConfig{
-		{Table: "bad name"},
-		{Outbox: ob, Table: "other"},
-		{Outbox: ob, Buckets: 16},
 		{BatchSize: -1},
 		{MinBackoff: time.Minute, MaxBackoff: time.Second},
 		{MaxWaitBackoff: -time.Second},
 		{MaxWaitBackoff: time.Hour},                                 // above the default MaxBackoff
 		{MinBackoff: time.Second, MaxWaitBackoff: time.Millisecond}, // below MinBackoff
 		{Name: strings.Repeat("n", 256)},
-		{Buckets: maxBuckets + 1},
 		{Hooks: txmsg.Hooks{"not a hook"}},
 	} {
-		_, err := NewRelay(db, pub, cfg)
+		_, err := NewRelay(ob, pub, cfg)
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "%+v", cfg)
 	}
-	r, err := NewRelay(db, pub, RelayConfig{Outbox: ob})
+	r, err := NewRelay(ob, pub, RelayConfig{})
 	require.NoError(t, err)
-	require.Equal(t, "orders_outbox", r.cfg.Table)
-	require.Equal(t, 8, r.cfg.Buckets)
+	require.Equal(t, "orders_outbox", r.table)
+	require.Equal(t, 8, r.buckets)
 	require.NotEmpty(t, r.Name())
 	require.Equal(t, DefaultBatchSize, r.cfg.BatchSize)
 	require.Equal(t, DefaultMaxAttempts, r.cfg.MaxAttempts)
@@ -435,7 +433,7 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 		{RelayConfig{MinBackoff: 10 * time.Second}, 10 * time.Second},
 		{RelayConfig{MaxWaitBackoff: time.Minute}, time.Minute},
 	} {
-		r, err := NewRelay(db, pub, c.cfg)
+		r, err := NewRelay(ob, pub, c.cfg)
 		require.NoError(t, err)
 		require.Equal(t, c.want, r.cfg.MaxWaitBackoff, "%+v", c.cfg)
 	}

@@ -164,7 +164,7 @@ func TestRemarkLeavesChangedRows(t *testing.T) {
 	require.Equal(t, 4, plan.sent)
 
 	// Meanwhile: another relay published and marked row 0, an operator
-	// requeued row 1 (as after it went dead), row 2 was deleted.
+	// requeued row 1 (as after it was parked), row 2 was deleted.
 	later := time.Now().UTC().Add(time.Second).Truncate(time.Microsecond)
 	require.NoError(t, e.db.Table(e.ob.Table()).Where("id = ?", rows[0].ID).
 		Updates(map[string]any{"status": StatusSent, "sent_at": later, "updated_at": later}).Error)
@@ -177,7 +177,7 @@ func TestRemarkLeavesChangedRows(t *testing.T) {
 	require.NoError(t, r.remark(ctx))
 	require.Nil(t, r.unmarked)
 
-	got, err := e.ob.Rows(ctx, ids...)
+	got, err := e.ob.List(ctx, ListFilter{IDs: ids})
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	require.Equal(t, StatusSent, got[0].Status)

@@ -167,7 +167,7 @@ func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
 	capMu.Unlock()
 	for _, e := range []*env{capped, signalled} {
 		s := e.stats()
-		require.Zero(t, s.Dead)
+		require.Zero(t, s.Parked)
 		require.Zero(t, s.Waiting)
 	}
 

@@ -18,16 +18,18 @@ import (
 // relays register in with a "_relay" suffix.
 const DefaultTable = "txmsg_outbox"
 
-// leaseSuffix names the lease table after the outbox table, and
-// relaySuffix the relay table. They have the same length, which
-// validTable relies on.
-const (
-	leaseSuffix = "_lease"
-	relaySuffix = "_relay"
-)
-
-// Status is the state of an outbox row.
+// Status is the state of an outbox row, as stored in the status column.
 type Status string
+
+// Name returns the status's name as txmsg's tools show it: pending, sent
+// or parked. string(s) is the stored value, which for [StatusParked] is
+// "dead".
+func (s Status) Name() string {
+	if s == StatusParked {
+		return "parked"
+	}
+	return string(s)
+}
 
 const (
 	// StatusPending rows wait for a relay to publish them.
@@ -35,13 +37,16 @@ const (
 	// StatusSent rows were published; they are purged after the relay's
 	// retention period.
 	StatusSent Status = "sent"
-	// StatusDead rows failed MaxAttempts times. They stay until someone
-	// requeues ([Outbox.Requeue]) or purges ([Outbox.PurgeDead]) them.
-	StatusDead Status = "dead"
+	// StatusParked rows failed MaxAttempts times and wait for an operator.
+	// They stay until someone requeues ([Outbox.Requeue]) or deletes
+	// ([Outbox.DeleteParked], [Outbox.PurgeParked]) them. The status
+	// column stores it as "dead", the value of earlier releases, so tables
+	// need no migration: queries on the table by hand use status = 'dead'.
+	StatusParked Status = "dead"
 )
 
 // Row is one message in the outbox table. outbox.sql holds the same table
-// as MySQL/MariaDB DDL. Its times, and those of [Lease] and [Member], are
+// as MySQL/MariaDB DDL. Its times, like those of [Lease] and [Member], are
 // written with the database's clock in UTC (UTC_TIMESTAMP), so that the
 // writers' and relays' clocks and their DSNs' time zones (loc) do not
 // matter; the driver reads them in the DSN's loc. The identifier columns (msg_id, topic, tag, keys,
@@ -69,7 +74,7 @@ type Row struct {
 	Body []byte `gorm:"type:longblob;not null"`
 	// Properties are the user properties as a JSON object.
 	Properties string `gorm:"type:text;not null"`
-	// Status is pending, sent or dead.
+	// Status is pending, sent or parked (stored as "dead").
 	Status Status `gorm:"size:16;not null;index:idx_outbox_due,priority:1;index:idx_outbox_bucket,priority:1;index:idx_outbox_status_updated,priority:1;index:idx_outbox_bucket_due,priority:1"`
 	// Attempts counts failed publish attempts.
 	Attempts int `gorm:"size:32;not null;default:0"`
@@ -80,41 +85,10 @@ type Row struct {
 	// CreatedAt is when the row was inserted.
 	CreatedAt time.Time `gorm:"precision:6;not null;autoCreateTime:false"`
 	// UpdatedAt is when the row last changed state or failed; purges of
-	// sent and dead rows use it.
+	// sent and parked rows use it.
 	UpdatedAt time.Time `gorm:"precision:6;not null;autoUpdateTime:false;index:idx_outbox_status_updated,priority:2"`
 	// SentAt is when the row was published, nil while it is not.
 	SentAt *time.Time `gorm:"precision:6"`
-}
-
-// Lease is one row of the lease table of the relays: which relay owns
-// a bucket, until when, and which relay asked to take it over. Relay names
-// are VARBINARY: "Relay-A" and "relay-a" are two relays.
-type Lease struct {
-	// Bucket is the bucket number, 0 to Buckets-1.
-	Bucket int `gorm:"size:32;primaryKey;autoIncrement:false"`
-	// Owner is the name of the relay holding the bucket; empty when free.
-	Owner string `gorm:"type:varbinary(255);size:255;not null;default:''"`
-	// ExpiresAt is when the lease lapses unless renewed (the database's
-	// clock).
-	ExpiresAt time.Time `gorm:"precision:6;not null"`
-	// WantedBy names a relay that asked the owner to hand the bucket over.
-	WantedBy string `gorm:"type:varbinary(255);size:255;not null;default:''"`
-	// WantedAt is when WantedBy last renewed its ask. An ask older than
-	// the lease TTL is stale: its relay is presumed dead and is ignored.
-	WantedAt time.Time `gorm:"precision:6;not null;default:'1970-01-01 00:00:01'"`
-}
-
-// Member is one row of the relay table: a relay of the outbox table and
-// when it last ran a lease round. Each relay writes its row every lease
-// round and deletes it when Run returns; relays count as live the rows
-// seen within the lease TTL, which sets everyone's fair share of the
-// buckets. Relay names are VARBINARY, as in [Lease].
-type Member struct {
-	// Name is the relay's name (RelayConfig.Name).
-	Name string `gorm:"type:varbinary(255);size:255;primaryKey;not null"`
-	// SeenAt is when the relay last ran a lease round, by the database's
-	// clock (UTC_TIMESTAMP).
-	SeenAt time.Time `gorm:"precision:6;not null"`
 }
 
 // Column limits the message must fit, beyond txmsg's own rules.

@@ -212,7 +212,9 @@ func TestUnorderedKilledRelayChild(t *testing.T) {
 	}
 	db, err := testbed.Open(dsn)
 	require.NoError(t, err)
-	r, err := NewRelay(db, slowPublisher{}, RelayConfig{Name: "child", BatchSize: 10, LeaseTTL: killChildTTL, Logger: testLogger(t)})
+	ob, err := New(db, Config{Logger: testLogger(t)})
+	require.NoError(t, err)
+	r, err := NewRelay(ob, slowPublisher{}, RelayConfig{Name: "child", BatchSize: 10, LeaseTTL: killChildTTL, Logger: testLogger(t)})
 	require.NoError(t, err)
 	if s := os.Getenv(killChildSkew); s != "" {
 		skew, err := time.ParseDuration(s)

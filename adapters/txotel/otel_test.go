@@ -210,7 +210,7 @@ func TestTraceReachesHandlerOutbox(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
-	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Logger: log})
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{Logger: log})
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -32,7 +32,7 @@
 //
 // [OutboxCollector], per outbox table:
 //
-//	txmsg_outbox_rows{table,status}                 gauge     rows by status (pending|sent|dead)
+//	txmsg_outbox_rows{table,status}                 gauge     rows by status (pending|sent|parked)
 //	txmsg_outbox_oldest_pending_age_seconds{table}  gauge     age of the oldest pending row, 0 when none
 //	txmsg_outbox_waiting_rows{table}                gauge     pending rows whose last publish failed because the broker was unavailable
 //	txmsg_outbox_stats_up{table}                    gauge     1 when the last scrape's query succeeded

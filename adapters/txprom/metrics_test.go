@@ -248,8 +248,8 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
-	relay, err := outbox.NewRelay(db, failingPublisher{pub}, outbox.RelayConfig{
-		Outbox: ob, Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1, PollInterval: 50 * time.Millisecond,
+	relay, err := outbox.NewRelay(ob, failingPublisher{pub}, outbox.RelayConfig{
+		Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1, PollInterval: 50 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
@@ -259,7 +259,7 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		return value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent") == 3 &&
-			value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "dead") == 1
+			value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "parked") == 1
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "pending"))
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_oldest_pending_age_seconds", "table", ob.Table()))
@@ -294,8 +294,8 @@ func TestRelayUnavailableMetrics(t *testing.T) {
 		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{nameServer}, Logger: log}, Group: testbed.Name(t, "relay"), SendTimeout: time.Second, Retries: 1})
 		require.NoError(t, err)
 		require.NoError(t, pub.Start(ctx))
-		relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{
-			Outbox: ob, Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1,
+		relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{
+			Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1,
 			PollInterval: 20 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		})
 		require.NoError(t, err)
@@ -310,7 +310,7 @@ func TestRelayUnavailableMetrics(t *testing.T) {
 	require.Eventually(t, func() bool { return value(t, reg, "txmsg_relay_unavailable_total") >= 3 }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_broker_unavailable"))
 	require.Equal(t, 1.0, value(t, reg, "txmsg_outbox_waiting_rows", "table", ob.Table()))
-	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "dead"), "MaxAttempts 1, and still not dead")
+	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "parked"), "MaxAttempts 1, and still not parked")
 	stop()
 
 	stop = start(testbed.NameServer())

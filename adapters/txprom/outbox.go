@@ -12,8 +12,8 @@ import (
 // outbox adapter's Stats, so this module needs no import of it: pass the
 // method value (*outbox.Outbox).Stats to [NewOutboxCollector] as it is.
 type OutboxStats struct {
-	// Pending, Sent and Dead count the rows in each status.
-	Pending, Sent, Dead int64
+	// Pending, Sent and Parked count the rows in each status.
+	Pending, Sent, Parked int64
 	// OldestPending is the age of the oldest pending row; zero when none.
 	OldestPending time.Duration
 	// Waiting counts the pending rows whose last publish failed because
@@ -55,9 +55,9 @@ var _ prom.Collector = (*OutboxCollector)(nil)
 // Stats scans the table's index on every call; keep the scrape interval
 // in seconds, not milliseconds, for tables holding many sent rows.
 func NewOutboxCollector[S ~struct {
-	Pending, Sent, Dead int64
-	OldestPending       time.Duration
-	Waiting             int64
+	Pending, Sent, Parked int64
+	OldestPending         time.Duration
+	Waiting               int64
 }](stats func(context.Context) (S, error), cfg OutboxConfig) (*OutboxCollector, error) {
 	if stats == nil {
 		return nil, fmt.Errorf("prometheus: outbox collector: stats is nil")
@@ -78,7 +78,7 @@ func NewOutboxCollector[S ~struct {
 		},
 		timeout: cfg.Timeout,
 		table:   cfg.Table,
-		rows: prom.NewDesc("txmsg_outbox_rows", "Outbox rows by status (pending, sent, dead).",
+		rows: prom.NewDesc("txmsg_outbox_rows", "Outbox rows by status (pending, sent, parked).",
 			[]string{"table", "status"}, cfg.ConstLabels),
 		oldest: prom.NewDesc("txmsg_outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row in seconds; 0 when none is pending.",
 			[]string{"table"}, cfg.ConstLabels),
@@ -109,7 +109,7 @@ func (c *OutboxCollector) Collect(ch chan<- prom.Metric) {
 	ch <- prom.MustNewConstMetric(c.up, prom.GaugeValue, 1, c.table)
 	ch <- prom.MustNewConstMetric(c.rows, prom.GaugeValue, float64(s.Pending), c.table, "pending")
 	ch <- prom.MustNewConstMetric(c.rows, prom.GaugeValue, float64(s.Sent), c.table, "sent")
-	ch <- prom.MustNewConstMetric(c.rows, prom.GaugeValue, float64(s.Dead), c.table, "dead")
+	ch <- prom.MustNewConstMetric(c.rows, prom.GaugeValue, float64(s.Parked), c.table, "parked")
 	ch <- prom.MustNewConstMetric(c.oldest, prom.GaugeValue, s.OldestPending.Seconds(), c.table)
 	ch <- prom.MustNewConstMetric(c.waiting, prom.GaugeValue, float64(s.Waiting), c.table)
 }

@@ -109,7 +109,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(ctx))
 
-	relay, err := outbox.NewRelay(e.db, pub, outbox.RelayConfig{PollInterval: 100 * time.Millisecond})
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{PollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)

@@ -455,7 +455,7 @@ func TestOrderedConsumerCrashAndRebalance(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(ctx))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
-	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{
 		Name: "ordered-relay", Ordered: true, PollInterval: 50 * time.Millisecond,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxAttempts: -1,
 	})

@@ -103,9 +103,8 @@ func runChildRelays(ctx context.Context, spec childSpec, stdin io.Reader, stdout
 	// The background part of a local-table stack: spec.Relays relays on
 	// one publisher. The relays' hook counts what the broker acknowledged.
 	counter := &ackCounter{}
-	st, err := stack.Outbox(stack.OutboxConfig{
+	st, err := stack.Outbox(db, stack.OutboxConfig{
 		Config: stack.Config{
-			DB:       db,
 			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.Group,
 			Topics: []string{spec.Topic},
 			Parts:  stack.PartBackground,

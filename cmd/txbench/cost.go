@@ -354,7 +354,7 @@ func (b *bench) relayCost(ctx context.Context, db *gorm.DB, ob *outbox.Outbox, t
 	if err := warmPublisher(ctx, pub, topic); err != nil {
 		return nil, err
 	}
-	relay, err := outbox.NewRelay(db, pub, outbox.RelayConfig{Outbox: ob, Logger: b.log})
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{Logger: b.log})
 	if err != nil {
 		return nil, err
 	}

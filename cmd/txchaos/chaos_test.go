@@ -223,9 +223,9 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	// I6: a pending outbox row (its order committed and handled).
 	add("o5", modeOutbox, "c", 1)
 	s.Outbox["o5"] = outbox.StatusPending
-	// I6: a dead outbox row.
+	// I6: a parked outbox row.
 	add("o8", modeOutbox, "e", 1)
-	s.Outbox["o8"] = outbox.StatusDead
+	s.Outbox["o8"] = outbox.StatusParked
 	// Outcome: reported committed, no order row.
 	s.Attempts["t5"] = &attempt{ID: "t5", Mode: modeTx, Outcome: outcomeCommitted}
 
@@ -237,7 +237,7 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	require.Equal(t, 1, v.OrderViolations, v.Examples)
 	require.Equal(t, 2, v.HandlerInversions, "keys b and d", v.Examples)
 	require.Equal(t, 1, v.Pending, v.Examples)
-	require.Equal(t, 1, v.Dead, v.Examples)
+	require.Equal(t, 1, v.Parked, v.Examples)
 	require.Equal(t, 1, v.OutcomeMismatches, v.Examples)
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 key b"), v.Examples)
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 handler: key d seq 1 handled after seq 2"), v.Examples)

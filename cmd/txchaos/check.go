@@ -42,7 +42,7 @@ type verdict struct {
 	OrderViolations   int `json:"order_violations"`   // I5: stored per-key order broken
 	HandlerInversions int `json:"handler_inversions"` // I5 at the ordered consumer: a key's event handled after a later one
 	Pending           int `json:"pending"`            // I6: outbox rows still pending
-	Dead              int `json:"dead"`               // I6: outbox rows given up on
+	Parked            int `json:"parked"`             // I6: outbox rows parked
 	OutcomeMismatches int `json:"outcome_mismatches"` // producer told committed/rolled back, database says otherwise
 	Unrecorded        int `json:"unrecorded"`         // business rows without an attempt record
 
@@ -69,7 +69,7 @@ type modeCounts struct {
 
 func (v *verdict) violations() int {
 	return v.Lost + v.Phantom + v.DuplicateEffects + v.Disagreements + v.OrderViolations + v.HandlerInversions +
-		v.Pending + v.Dead + v.OutcomeMismatches + v.Unrecorded
+		v.Pending + v.Parked + v.OutcomeMismatches + v.Unrecorded
 }
 
 const maxExamples = 25
@@ -228,9 +228,9 @@ func evaluate(s *snapshot) *verdict {
 		case outbox.StatusPending:
 			v.Pending++
 			v.example("I6 pending: outbox row %s", id)
-		case outbox.StatusDead:
-			v.Dead++
-			v.example("I6 dead: outbox row %s", id)
+		case outbox.StatusParked:
+			v.Parked++
+			v.example("I6 parked: outbox row %s", id)
 		}
 	}
 	for id := range stored[modeOutbox] {

@@ -93,9 +93,8 @@ func runRelay(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.Log
 	if spec.StableName {
 		name = spec.Name
 	}
-	st, err := stack.Outbox(stack.OutboxConfig{
+	st, err := stack.Outbox(db, stack.OutboxConfig{
 		Config: stack.Config{
-			DB:       db,
 			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.RelayGroup,
 			Topics: []string{topic},
 			Parts:  stack.PartBackground,
@@ -216,15 +215,14 @@ func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	st, err := stack.Transactional(stack.TransactionalConfig{
+	st, err := stack.Transactional(db, stack.TransactionalConfig{
 		Config: stack.Config{
-			DB:       db,
 			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.TxGroup,
 			Topics: []string{spec.Topics[modeTx]},
 			Parts:  stack.PartBackground,
 			Logger: log,
 		},
-		Sweeper: stack.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
+		Sweeper: txrmq.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
 	})
 	if err != nil {
 		return err

@@ -43,8 +43,8 @@ const (
 	kindBrokerPause = "broker-pause"
 	// kindBrokerOutage SIGKILLs the broker and keeps it down for longer
 	// than the relays' MaxAttempts × MaxBackoff, so a relay that counted a
-	// broker outage against its rows would make them dead; then starts it
-	// again. The run must end with no dead row and nothing lost.
+	// broker outage against its rows would park them; then starts it
+	// again. The run must end with no parked row and nothing lost.
 	kindBrokerOutage = "broker-long-outage"
 	// kindDBOutage stops the database for longer than the consumers'
 	// whole retry budgets (MaxReconsumeTimes redeliveries, or retries in

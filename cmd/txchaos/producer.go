@@ -66,7 +66,6 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	// run in processes of their own.
 	topic := spec.Topics[spec.Mode]
 	sc := stack.Config{
-		DB:       db,
 		RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.TxGroup,
 		Topics: []string{topic},
 		Parts:  stack.PartProducer,
@@ -76,9 +75,9 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	var st *stack.Stack
 	switch spec.Mode {
 	case modeTx:
-		st, err = stack.Transactional(stack.TransactionalConfig{Config: sc})
+		st, err = stack.Transactional(db, stack.TransactionalConfig{Config: sc})
 	case modeOutbox:
-		st, err = stack.Outbox(stack.OutboxConfig{Config: sc})
+		st, err = stack.Outbox(db, stack.OutboxConfig{Config: sc})
 	default:
 		err = fmt.Errorf("unknown mode %q", spec.Mode)
 	}

@@ -94,7 +94,7 @@ type summary struct {
 	OrderViolations   int            `json:"order_violations"`
 	HandlerInversions int            `json:"handler_inversions"`
 	Pending           int            `json:"pending"`
-	Dead              int            `json:"dead"`
+	Parked            int            `json:"parked"`
 	OutcomeMismatches int            `json:"outcome_mismatches"`
 	Unrecorded        int            `json:"unrecorded"`
 	Drained           bool           `json:"drained"`
@@ -125,7 +125,7 @@ func (r *report) summary() summary {
 		Attempted: t.Attempted, Committed: t.Committed, RolledBack: t.RolledBack,
 		Unknown: t.Unknown, UnknownCommitted: t.UnknownCommitted,
 		Faults: r.faultCounts(), Lost: v.Lost, Phantom: v.Phantom, DuplicateEffects: v.DuplicateEffects,
-		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, HandlerInversions: v.HandlerInversions, Pending: v.Pending, Dead: v.Dead,
+		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, HandlerInversions: v.HandlerInversions, Pending: v.Pending, Parked: v.Parked,
 		OutcomeMismatches: v.OutcomeMismatches, Unrecorded: v.Unrecorded, Drained: r.Drained,
 		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, KeysMovedBroker: v.KeysMovedBroker, MovedKeyInversions: v.MovedKeyInversions, SweptCommitted: r.SweptCommitted,
 		SweeperOnly: v.SweeperOnly,
@@ -239,7 +239,7 @@ func (r *report) write(w io.Writer) {
 		{"I5 per-key order violations (ordered outbox)", v.OrderViolations},
 		{"I5 handled out of order (ordered consumer)", v.HandlerInversions},
 		{"I6 outbox rows pending", v.Pending},
-		{"I6 outbox rows dead", v.Dead},
+		{"I6 outbox rows parked", v.Parked},
 		{"producer outcome mismatches", v.OutcomeMismatches},
 		{"orders without an attempt record", v.Unrecorded},
 	}

@@ -1,13 +1,13 @@
 // Command txmsgctl administers txmsg's tables: it creates them, reports
-// their state, inspects and requeues dead messages, and applies retention.
+// their state, inspects and requeues parked messages, and applies retention.
 // It also creates and checks the RocketMQ topics that consumers need.
 //
 //	txmsgctl migrate                     create the barrier, inbox, parked and outbox tables
 //	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
-//	txmsgctl dead list    -kind outbox|consumer
-//	txmsgctl dead show    -kind outbox|consumer [-full | -out FILE] ID...
-//	txmsgctl dead requeue -kind outbox|consumer ID...
-//	txmsgctl dead purge   -kind outbox|consumer (-older-than D | ID...)
+//	txmsgctl parked list    -kind outbox|consumer
+//	txmsgctl parked show    -kind outbox|consumer [-full | -out FILE] ID...
+//	txmsgctl parked requeue -kind outbox|consumer ID...
+//	txmsgctl parked purge   -kind outbox|consumer (-older-than D | ID...)
 //	txmsgctl purge                       apply retention now
 //	txmsgctl serve [-addr 127.0.0.1:8089] run the web dashboard (package dashboard)
 //	txmsgctl topic create -namesrv HOST:PORT -topic a,b [-queues 8]   create topics on every broker of the cluster
@@ -76,19 +76,20 @@ Usage:
   txmsgctl stats [flags] [-json]
       Outbox rows by status and the oldest pending row's age; barrier rows
       by state; inbox rows and parked messages by consumer group.
-  txmsgctl dead list    -kind outbox|consumer [-group G] [-limit N]
-  txmsgctl dead show    -kind outbox|consumer [-group G] [-full | -out FILE] ID...
+  txmsgctl parked list    -kind outbox|consumer [-group G] [-limit N]
+  txmsgctl parked show    -kind outbox|consumer [-group G] [-full | -out FILE] ID...
       Print rows with the first 4 KiB of each body; -full prints whole
       bodies, -out writes one body as stored to a new file.
-  txmsgctl dead requeue -kind outbox ID...
-      Make dead outbox rows pending again; the relays publish them.
-  txmsgctl dead requeue -kind consumer -namesrv HOST:PORT [-group G] ID...
+  txmsgctl parked requeue -kind outbox ID...
+      Make parked outbox rows pending again; the relays publish them.
+  txmsgctl parked requeue -kind consumer -namesrv HOST:PORT [-group G] ID...
       Publish parked messages again with their txmsg ID, then delete them.
-  txmsgctl dead purge   -kind outbox|consumer [-group G] (-older-than D | ID...)
-      Delete dead outbox rows or parked messages, by age or by ID.
+  txmsgctl parked purge   -kind outbox|consumer [-group G] (-older-than D | ID...)
+      Delete parked outbox rows or parked messages, by age or by ID.
+      "dead" is an alias of "parked" (txmsgctl dead list ...).
   txmsgctl purge [flags]
       Apply retention now: sent outbox rows, barrier rows and inbox rows
-      older than their ages (and, when asked, dead rows and parked
+      older than their ages (and, when asked, parked rows and parked
       messages).
   txmsgctl serve [-addr 127.0.0.1:8089] [-allow-actions] [-namesrv HOST:PORT]
       Run the web dashboard: outbox, parked messages, transactions and,
@@ -114,7 +115,7 @@ Run "txmsgctl COMMAND -h" for a command's flags.
 Environment:
   TXMSG_DSN         the database, as -dsn (user:password@tcp(host:port)/dbname)
   TXMSG_NAMESRV     RocketMQ name servers, as -namesrv
-  TXMSG_ACCESS_KEY  RocketMQ ACL access key (dead requeue -kind consumer)
+  TXMSG_ACCESS_KEY  RocketMQ ACL access key (parked requeue -kind consumer)
   TXMSG_SECRET_KEY  RocketMQ ACL secret key
   TXMSG_DASHBOARD_TOKEN  the dashboard's token (serve), as -token
 
@@ -174,21 +175,21 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		default:
 			return usageError("unknown topic subcommand %q: want create or check", rest[0])
 		}
-	case "dead":
+	case "parked", "dead": // dead: the name of earlier releases
 		if len(rest) == 0 {
-			return usageError("dead needs a subcommand: list, show, requeue or purge")
+			return usageError("parked needs a subcommand: list, show, requeue or purge")
 		}
 		switch rest[0] {
 		case "list":
-			return cmdDeadList(ctx, e, rest[1:])
+			return cmdParkedList(ctx, e, rest[1:])
 		case "show":
-			return cmdDeadShow(ctx, e, rest[1:])
+			return cmdParkedShow(ctx, e, rest[1:])
 		case "requeue":
-			return cmdDeadRequeue(ctx, e, rest[1:])
+			return cmdParkedRequeue(ctx, e, rest[1:])
 		case "purge":
-			return cmdDeadPurge(ctx, e, rest[1:])
+			return cmdParkedPurge(ctx, e, rest[1:])
 		default:
-			return usageError("unknown dead subcommand %q: want list, show, requeue or purge", rest[0])
+			return usageError("unknown parked subcommand %q: want list, show, requeue or purge", rest[0])
 		}
 	default:
 		return usageError("unknown command %q", cmd)

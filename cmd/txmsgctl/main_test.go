@@ -89,7 +89,7 @@ func count(t *testing.T, db *gorm.DB, table, where string, args ...any) int64 {
 }
 
 // TestAdminEndToEnd creates the tables with migrate, fills them through
-// the components, and then drives stats, dead list/show/requeue/purge and
+// the components, and then drives stats, parked list/show/requeue/purge and
 // purge against the real database.
 func TestAdminEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -116,7 +116,7 @@ func TestAdminEndToEnd(t *testing.T) {
 	r = ctl(t, vars, "migrate", "-only", "queue")
 	require.Equal(t, exitUsage, r.code, r)
 
-	// Outbox: two pending, one dead, one sent two days ago.
+	// Outbox: two pending, one parked, one sent two days ago.
 	ob, err := outbox.New(db, outbox.Config{})
 	require.NoError(t, err)
 	noop := func(context.Context, *gorm.DB) error { return nil }
@@ -163,7 +163,7 @@ func TestAdminEndToEnd(t *testing.T) {
 	require.True(t, rep.Outbox.Present)
 	require.EqualValues(t, 2, rep.Outbox.Pending)
 	require.EqualValues(t, 1, rep.Outbox.Sent)
-	require.EqualValues(t, 1, rep.Outbox.Dead)
+	require.EqualValues(t, 1, rep.Outbox.Parked)
 	require.GreaterOrEqual(t, rep.Outbox.OldestPendingSeconds, 59.0)
 	require.Equal(t, barrierStats{Table: "txmsg_barrier", Present: true, Committed: 1, RolledBack: 1}, rep.Barrier)
 	require.Equal(t, groupCounts{Table: "txmsg_inbox", Present: true, Rows: 2, Groups: map[string]int64{"inventory": 2}}, rep.Inbox)
@@ -176,52 +176,52 @@ func TestAdminEndToEnd(t *testing.T) {
 		require.Contains(t, r.stdout, want)
 	}
 
-	// Dead outbox rows.
-	r = ctl(t, vars, "dead", "list", "-kind", "outbox")
+	// Parked outbox rows.
+	r = ctl(t, vars, "dead", "list", "-kind", "outbox") // the name of earlier releases
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, deadID)
 	require.Contains(t, r.stdout, "broker said no")
 	require.NotContains(t, r.stdout, ids[0])
 
-	r = ctl(t, vars, "dead", "show", deadID, "-kind", "outbox")
+	r = ctl(t, vars, "parked", "show", deadID, "-kind", "outbox")
 	require.Equal(t, exitOK, r.code, r)
-	require.Regexp(t, `(?m)^status\s+dead$`, r.stdout)
+	require.Regexp(t, `(?m)^status\s+parked$`, r.stdout)
 	require.Contains(t, r.stdout, `{"order":3}`)
 
-	r = ctl(t, vars, "dead", "show", "-kind", "outbox", "no-such-id")
+	r = ctl(t, vars, "parked", "show", "-kind", "outbox", "no-such-id")
 	require.Equal(t, exitError, r.code, r)
 	require.Contains(t, r.stderr, "not found: no-such-id")
 
-	r = ctl(t, vars, "dead", "requeue", "-kind", "outbox", deadID)
+	r = ctl(t, vars, "parked", "requeue", "-kind", "outbox", deadID)
 	require.Equal(t, exitOK, r.code, r)
-	require.Contains(t, r.stdout, "requeued 1 dead row")
+	require.Contains(t, r.stdout, "requeued 1 parked row")
 	require.EqualValues(t, 1, count(t, db, "txmsg_outbox", "msg_id = ? AND status = 'pending' AND attempts = 0", deadID))
-	r = ctl(t, vars, "dead", "requeue", "-kind", "outbox", "no-such-id")
+	r = ctl(t, vars, "parked", "requeue", "-kind", "outbox", "no-such-id")
 	require.Equal(t, exitError, r.code, r)
 	require.Contains(t, r.stderr, "no-such-id (not found)")
 
 	require.NoError(t, db.Exec("UPDATE txmsg_outbox SET status = 'dead' WHERE msg_id = ?", deadID).Error)
-	r = ctl(t, vars, "dead", "purge", "-kind", "outbox")
+	r = ctl(t, vars, "parked", "purge", "-kind", "outbox")
 	require.Equal(t, exitUsage, r.code, "purging needs IDs or an age")
-	r = ctl(t, vars, "dead", "purge", "-kind", "outbox", deadID)
+	r = ctl(t, vars, "parked", "purge", "-kind", "outbox", deadID)
 	require.Equal(t, exitOK, r.code, r)
-	require.Contains(t, r.stdout, "deleted 1 dead row(s)")
+	require.Contains(t, r.stdout, "deleted 1 parked row(s)")
 	require.Zero(t, count(t, db, "txmsg_outbox", "msg_id = ?", deadID))
 
 	// Parked messages.
-	r = ctl(t, vars, "dead", "list", "-kind", "consumer", "-group", "inventory")
+	r = ctl(t, vars, "parked", "list", "-kind", "consumer", "-group", "inventory")
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, "parked-1")
 	require.Contains(t, r.stdout, "parked-2")
-	r = ctl(t, vars, "dead", "show", "-kind", "consumer", "parked-1")
+	r = ctl(t, vars, "parked", "show", "-kind", "consumer", "parked-1")
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, "base64")
 	require.Contains(t, r.stdout, `"origin":"test"`)
-	r = ctl(t, vars, "dead", "purge", "-kind", "consumer", "-older-than", "24h")
+	r = ctl(t, vars, "parked", "purge", "-kind", "consumer", "-older-than", "24h")
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, "deleted 1 parked message(s)")
 	require.Zero(t, count(t, db, "txmsg_dead_letter", "msg_id = ?", "parked-2"))
-	r = ctl(t, vars, "dead", "purge", "-kind", "consumer", "parked-1", "-group", "inventory")
+	r = ctl(t, vars, "parked", "purge", "-kind", "consumer", "parked-1", "-group", "inventory")
 	require.Equal(t, exitOK, r.code, r)
 	require.Zero(t, count(t, db, "txmsg_dead_letter", "1 = 1"))
 
@@ -253,12 +253,13 @@ func TestBadCommandLines(t *testing.T) {
 		"no command":      {nil, "no command"},
 		"unknown":         {[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		"no dsn":          {[]string{"stats"}, "pass -dsn or set TXMSG_DSN"},
+		"parked alone":    {[]string{"parked"}, "list, show, requeue or purge"},
 		"dead alone":      {[]string{"dead"}, "list, show, requeue or purge"},
-		"no kind":         {[]string{"dead", "list", "-dsn", "u:p@tcp(h:1)/d"}, "-kind is required"},
-		"bad kind":        {[]string{"dead", "list", "-kind", "broker"}, `-kind "broker"`},
-		"show without id": {[]string{"dead", "show", "-kind", "outbox"}, "needs the txmsg IDs"},
+		"no kind":         {[]string{"parked", "list", "-dsn", "u:p@tcp(h:1)/d"}, "-kind is required"},
+		"bad kind":        {[]string{"parked", "list", "-kind", "broker"}, `-kind "broker"`},
+		"show without id": {[]string{"parked", "show", "-kind", "outbox"}, "needs the txmsg IDs"},
 		"no database":     {[]string{"stats", "-dsn", "u:p@tcp(127.0.0.1:3306)/"}, "names no database"},
-		"consumer no ns":  {[]string{"dead", "requeue", "-kind", "consumer", "x", "-dsn", "u:p@tcp(h:1)/d"}, "-namesrv"},
+		"consumer no ns":  {[]string{"parked", "requeue", "-kind", "consumer", "x", "-dsn", "u:p@tcp(h:1)/d"}, "-namesrv"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := ctl(t, nil, tc.args...)
@@ -268,13 +269,13 @@ func TestBadCommandLines(t *testing.T) {
 	}
 	r := ctl(t, nil, "help")
 	require.Equal(t, exitOK, r.code)
-	require.Contains(t, r.stdout, "txmsgctl dead requeue")
+	require.Contains(t, r.stdout, "txmsgctl parked requeue")
 }
 
-// TestDeadRequeueConsumerRepublishes parks a message, then requeues it
+// TestParkedRequeueConsumerRepublishes parks a message, then requeues it
 // through the real broker: the group's (fixed) consumer handles it once,
 // with its txmsg ID, and the parked row is gone.
-func TestDeadRequeueConsumerRepublishes(t *testing.T) {
+func TestParkedRequeueConsumerRepublishes(t *testing.T) {
 	t.Parallel()
 	testbed.RequireBroker(t)
 	ctx := context.Background()
@@ -302,7 +303,7 @@ func TestDeadRequeueConsumerRepublishes(t *testing.T) {
 	t.Cleanup(func() { _ = cons.Close(context.Background()) })
 
 	r := ctl(t, map[string]string{"TXMSG_DSN": dsn, "TXMSG_NAMESRV": testbed.NameServer()},
-		"dead", "requeue", "-kind", "consumer", "-producer-group", testbed.Name(t, "ctl"), id)
+		"parked", "requeue", "-kind", "consumer", "-producer-group", testbed.Name(t, "ctl"), id)
 	require.Equal(t, exitOK, r.code, r)
 	require.Contains(t, r.stdout, "replayed "+id+" (topic "+topic+") to group "+group+" only")
 	require.Zero(t, count(t, db, txmsg.DefaultParkedTable, "1 = 1"))

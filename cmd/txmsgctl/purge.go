@@ -15,8 +15,12 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	barrier := fs.Duration("barrier-older-than", 24*time.Hour, "delete barrier rows older than this (at least -check-window); negative skips")
 	window := fs.Duration("check-window", checker.DefaultCheckWindow, "the broker's whole check-back window; barrier rows younger than this are never deleted")
 	inbox := fs.Duration("inbox-older-than", 72*time.Hour, fmt.Sprintf("delete inbox rows handled longer ago than this (at least %s, the broker's redelivery horizon); negative skips", txmsg.MinInboxPurgeAge))
-	dead := fs.Duration("dead-older-than", -1, "also delete dead outbox rows that died longer ago than this; negative (the default) skips")
-	parked := fs.Duration("parked-older-than", -1, "also delete parked messages parked longer ago than this; negative (the default) skips")
+	parkedRows := new(time.Duration)
+	fs.DurationVar(parkedRows, "parked-rows-older-than", -1, "also delete parked outbox rows parked longer ago than this; negative (the default) skips")
+	fs.DurationVar(parkedRows, "dead-older-than", -1, "the name of -parked-rows-older-than in earlier releases")
+	parked := new(time.Duration)
+	fs.DurationVar(parked, "parked-messages-older-than", -1, "also delete messages consumers parked longer ago than this; negative (the default) skips")
+	fs.DurationVar(parked, "dead-letters-older-than", -1, "the name of -parked-messages-older-than in earlier releases")
 	batch := fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -53,7 +57,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 		purge       func(context.Context, time.Duration, int) (int64, error)
 	}{
 		{k.ob.Table(), "sent outbox rows", *sent, k.ob.Purge},
-		{k.ob.Table(), "dead outbox rows", *dead, k.ob.PurgeDead},
+		{k.ob.Table(), "parked outbox rows", *parkedRows, k.ob.PurgeParked},
 		{chk.Table(), "barrier rows", *barrier, chk.Purge},
 		{inTable, "inbox rows", *inbox, k.inbox.Purge},
 		{parkedTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {

@@ -131,9 +131,9 @@ func TestSecretsNeverAppear(t *testing.T) {
 		ctl(t, nil, "stats", "-dsn", "txmsg:"+password+"@bogus"),
 		ctl(t, nil, "stats", "-dsn", "txmsg:"+password+"@tcp(127.0.0.1:3306)/"),
 		ctl(t, nil, "purge", "-v", "-dsn", "txmsg:"+password+"@tcp(127.0.0.1:3306)/x?timeout=notaduration"),
-		ctl(t, map[string]string{"TXMSG_DSN": dsn}, "dead", "list", "-kind", "outbox", "-v"),
+		ctl(t, map[string]string{"TXMSG_DSN": dsn}, "parked", "list", "-kind", "outbox", "-v"),
 		ctl(t, map[string]string{"TXMSG_DSN": dsn, "TXMSG_NAMESRV": "127.0.0.1:1", "TXMSG_ACCESS_KEY": accessKey, "TXMSG_SECRET_KEY": secretKey},
-			"dead", "requeue", "-kind", "consumer", "-v", "some-id"),
+			"parked", "requeue", "-kind", "consumer", "-v", "some-id"),
 	}
 	for i, r := range runs {
 		require.NotEqual(t, exitOK, r.code, "run %d must fail: %s", i, r)

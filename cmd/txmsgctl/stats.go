@@ -27,7 +27,7 @@ type outboxStats struct {
 	Present              bool    `json:"present"`
 	Pending              int64   `json:"pending"`
 	Sent                 int64   `json:"sent"`
-	Dead                 int64   `json:"dead"`
+	Parked               int64   `json:"parked"`
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }
 
@@ -93,7 +93,7 @@ func collectStats(ctx context.Context, k *conn) (*statsReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.Outbox.Pending, r.Outbox.Sent, r.Outbox.Dead = s.Pending, s.Sent, s.Dead
+		r.Outbox.Pending, r.Outbox.Sent, r.Outbox.Parked = s.Pending, s.Sent, s.Parked
 		r.Outbox.OldestPendingSeconds = s.OldestPending.Seconds()
 	}
 	if r.Barrier.Present {
@@ -136,7 +136,7 @@ func printStats(w io.Writer, r *statsReport) {
 		}
 		fmt.Fprintf(tw, "  pending\t%d\toldest %s\n", r.Outbox.Pending, oldest)
 		fmt.Fprintf(tw, "  sent\t%d\t\n", r.Outbox.Sent)
-		fmt.Fprintf(tw, "  dead\t%d\t\n", r.Outbox.Dead)
+		fmt.Fprintf(tw, "  parked\t%d\t\n", r.Outbox.Parked)
 	} else {
 		missing(r.Outbox.Table)
 	}

@@ -128,7 +128,7 @@ func (s *shots) take(ctx context.Context, name string) {
 	s.t.Logf("wrote %s", path)
 }
 
-// TestOperatorRequeuesAndReplaysInTheBrowser logs in, finds a dead
+// TestOperatorRequeuesAndReplaysInTheBrowser logs in, finds a parked
 // outbox row from the overview, requeues it with the UI and sees the
 // relay publish it on the real broker; then replays a parked message,
 // which the consumer's inbox handles. With TXMSG_SCREENSHOTS=1 it writes
@@ -151,9 +151,9 @@ func TestOperatorRequeuesAndReplaysInTheBrowser(t *testing.T) {
 	}
 	b.Barrier(sent[0])
 	b.Handled("billing-service", sent[0])
-	dead := b.DeadRow("order-2001", dashtest.Body(dashtest.Event{Order: "o-2001", Qty: 7}),
+	dead := b.ParkedRow("order-2001", dashtest.Body(dashtest.Event{Order: "o-2001", Qty: 7}),
 		"send 1 message(s) to "+b.Topic+": the broker answered SERVICE_NOT_AVAILABLE (attempt 20 of 20)")
-	b.DeadRow("order-2002", []byte{0x0a, 0x07, 0x6f, 0x2d, 0x32, 0x30, 0x30, 0x32, 0x10, 0x03, 0xff}, "send: message body too large for the broker")
+	b.ParkedRow("order-2002", []byte{0x0a, 0x07, 0x6f, 0x2d, 0x32, 0x30, 0x30, 0x32, 0x10, 0x03, 0xff}, "send: message body too large for the broker")
 	parked := b.Parked(b.Group, "order-2003", dashtest.Body(dashtest.Event{Order: "o-2003", Qty: 2}),
 		`json: cannot unmarshal string into Go struct field Event.qty of type int`)
 	b.Parked("audit-log", "order-2004", []byte("<order id=2004/>"), "invalid character '<' looking for beginning of value")
@@ -168,8 +168,8 @@ func TestOperatorRequeuesAndReplaysInTheBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#outbox-stats")),
 	)
-	if got := text(t, ctx, "#dead-count"); got != "2" {
-		t.Fatalf("overview shows %s dead rows, want 2", got)
+	if got := text(t, ctx, "#parked-count"); got != "2" {
+		t.Fatalf("overview shows %s parked rows, want 2", got)
 	}
 	// Let the chart gather samples, then photograph the overview. For the
 	// screenshots, a minute of bursts through the outbox gives the chart
@@ -184,10 +184,10 @@ func TestOperatorRequeuesAndReplaysInTheBrowser(t *testing.T) {
 	run(t, ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#chart")))
 	shot.take(ctx, "overview")
 
-	// From the overview to the dead rows, select the row, requeue it.
+	// From the overview to the parked rows, select the row, requeue it.
 	row := chromedp.CSS(`#outbox-rows tr[data-msg-id="` + dead + `"]`)
 	run(t, ctx,
-		chromedp.Click(chromedp.CSS("#dead-count")),
+		chromedp.Click(chromedp.CSS("#parked-count")),
 		chromedp.WaitVisible(row),
 	)
 	shot.take(ctx, "outbox")

@@ -130,11 +130,11 @@ func outboxGauges(ctx context.Context, ob *outbox.Outbox) ([]gauge, error) {
 		return nil, err
 	}
 	t := ob.Table()
-	const rowsHelp = "Outbox rows by status (pending, sent, dead)."
+	const rowsHelp = "Outbox rows by status (pending, sent, parked)."
 	return []gauge{
 		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "pending"}, value: float64(s.Pending)},
 		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "sent"}, value: float64(s.Sent)},
-		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "dead"}, value: float64(s.Dead)},
+		{name: "txmsg_outbox_rows", help: rowsHelp, labels: []string{"table", t, "status", "parked"}, value: float64(s.Parked)},
 		{name: "txmsg_outbox_oldest_pending_age_seconds", help: "Age of the oldest pending outbox row in seconds; 0 when none is pending.",
 			labels: []string{"table", t}, value: s.OldestPending.Seconds()},
 	}, nil

@@ -94,11 +94,10 @@ func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txm
 	)
 }
 
-// stackConfig is what both modes' stacks share: the service's database,
-// its producer group and topic, its logger and its metrics hooks.
-func stackConfig(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) stack.Config {
+// stackConfig is what both modes' stacks share: the service's producer
+// group and topic, its logger and its metrics hooks.
+func stackConfig(cfg Config, log *slog.Logger, m *Metrics) stack.Config {
 	return stack.Config{
-		DB:       db,
 		RocketMQ: cfg.rocketmq(log),
 		Group:    cfg.ProducerGroup,
 		Topics:   []string{cfg.Topic},
@@ -113,7 +112,7 @@ func stackConfig(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) stack.Co
 // topic exists. The cleanup closes it if wiring fails later; Close is
 // idempotent.
 func provideTransactionalStack(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) (*stack.Stack, func(), error) {
-	st, err := stack.Transactional(stack.TransactionalConfig{Config: stackConfig(cfg, log, db, m)})
+	st, err := stack.Transactional(db, stack.TransactionalConfig{Config: stackConfig(cfg, log, m)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,7 +129,7 @@ func provideOutboxStack(cfg Config, log *slog.Logger, db *gorm.DB, m *Metrics) (
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := stack.Outbox(stack.OutboxConfig{Config: stackConfig(cfg, log, db, m), Checker: chk})
+	st, err := stack.Outbox(db, stack.OutboxConfig{Config: stackConfig(cfg, log, m), Publisher: txrmq.PublisherConfig{Checker: chk}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -48,15 +48,15 @@ func run(ctx context.Context, mode string) (err error) {
 	}
 	topic := txmsg.Topic[Order]{Name: env("QUICKSTART_TOPIC", "quickstart")}
 	rmq := txrmq.Conn{NameServers: []string{env("QUICKSTART_NAMESRV", "127.0.0.1:9876")}}
-	cfg := stack.Config{DB: db, RocketMQ: rmq, Group: topic.Name + "-producer", Topics: []string{topic.Name}}
+	cfg := stack.Config{RocketMQ: rmq, Group: topic.Name + "-producer", Topics: []string{topic.Name}}
 
 	// The mode: everything below this switch is the same in both.
 	var st *stack.Stack
 	switch mode {
 	case stack.ModeTransactional: // the barrier table, the transactional producer and the sweeper
-		st, err = stack.Transactional(stack.TransactionalConfig{Config: cfg})
+		st, err = stack.Transactional(db, stack.TransactionalConfig{Config: cfg})
 	case stack.ModeOutbox: // the outbox table, and a relay that publishes it
-		st, err = stack.Outbox(stack.OutboxConfig{Config: cfg})
+		st, err = stack.Outbox(db, stack.OutboxConfig{Config: cfg})
 	default:
 		return fmt.Errorf("-mode %q: use transactional or outbox", mode)
 	}

@@ -1,5 +1,5 @@
 // Package dashtest builds the world the dashboard's tests look at: a
-// fresh database with txmsg's tables, real rows in them (dead and pending
+// fresh database with txmsg's tables, real rows in them (parked and pending
 // outbox rows, barrier rows, handled and parked messages), and, when
 // asked, a topic on the real broker with a relay, a consumer with an
 // inbox and an observer. The handler tests and the browser tests
@@ -141,7 +141,7 @@ func New(t testing.TB, o Options) *Bed {
 		b.Observer = testbed.Observe(t, b.Topic, nil)
 		// Ordered, so that the overview has bucket leases to show.
 		b.Relay = "relay-" + testbed.Suffix()
-		relay, err := outbox.NewRelay(db, b.Pub, outbox.RelayConfig{Outbox: b.Outbox, Name: b.Relay,
+		relay, err := outbox.NewRelay(b.Outbox, b.Pub, outbox.RelayConfig{Name: b.Relay,
 			Ordered: true, PollInterval: 200 * time.Millisecond, Logger: log})
 		must(err)
 		rctx, stop := context.WithCancel(ctx)
@@ -182,15 +182,15 @@ func Body(ev Event) []byte {
 	return out
 }
 
-// DeadRow inserts a dead outbox row for the bed's topic, as a relay leaves
+// ParkedRow inserts a parked outbox row for the bed's topic, as a relay leaves
 // one after MaxAttempts failures, and returns its txmsg ID.
-func (b *Bed) DeadRow(key string, body []byte, lastError string) string {
+func (b *Bed) ParkedRow(key string, body []byte, lastError string) string {
 	b.T.Helper()
 	id := txmsg.NewID()
 	now := time.Now().UTC().Add(-20 * time.Minute)
 	row := outbox.Row{
 		MsgID: id, Topic: b.Topic, Keys: key, Body: body, Properties: `{"trace":"abc-123"}`,
-		Status: outbox.StatusDead, Attempts: 20, LastError: lastError,
+		Status: outbox.StatusParked, Attempts: 20, LastError: lastError,
 		NextAttemptAt: now, CreatedAt: now, UpdatedAt: now.Add(10 * time.Minute),
 	}
 	if err := b.DB.Table(b.Outbox.Table()).Create(&row).Error; err != nil {

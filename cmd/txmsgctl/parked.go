@@ -21,14 +21,14 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// Kinds of dead messages.
+// Kinds of parked messages.
 const (
-	kindOutbox   = "outbox"   // outbox rows that failed MaxAttempts times
+	kindOutbox   = "outbox"   // outbox rows parked after MaxAttempts failures
 	kindConsumer = "consumer" // messages a consumer parked: their body could not be decoded
 )
 
-// deadCmd is what every dead subcommand parses.
-type deadCmd struct {
+// parkedCmd is what every parked subcommand parses.
+type parkedCmd struct {
 	fs    *flag.FlagSet
 	c     *common
 	kind  string
@@ -36,15 +36,15 @@ type deadCmd struct {
 	ids   []string
 }
 
-func newDeadCmd(e *env, name, usage string) *deadCmd {
-	fs, c := newFlags(e, "dead "+name, "dead "+name+" "+usage)
-	d := &deadCmd{fs: fs, c: c}
-	fs.StringVar(&d.kind, "kind", "", "outbox (dead outbox rows) or consumer (messages consumers parked); required")
+func newParkedCmd(e *env, name, usage string) *parkedCmd {
+	fs, c := newFlags(e, "parked "+name, "parked "+name+" "+usage)
+	d := &parkedCmd{fs: fs, c: c}
+	fs.StringVar(&d.kind, "kind", "", "outbox (parked outbox rows) or consumer (messages consumers parked); required")
 	fs.StringVar(&d.group, "group", "", "consumer group (kind consumer): only its parked messages")
 	return d
 }
 
-func (d *deadCmd) parse(args []string) error {
+func (d *parkedCmd) parse(args []string) error {
 	ids, err := parse(d.fs, args)
 	if err != nil {
 		return err
@@ -65,7 +65,7 @@ func (d *deadCmd) parse(args []string) error {
 }
 
 // open connects and checks that the kind's table exists.
-func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
+func (d *parkedCmd) open(ctx context.Context, e *env) (*conn, error) {
 	k, err := d.c.open(ctx, e)
 	if err != nil {
 		return nil, err
@@ -85,18 +85,18 @@ func (d *deadCmd) open(ctx context.Context, e *env) (*conn, error) {
 
 // parked returns the parked messages with the given txmsg IDs (all when
 // ids is empty), of d.group when set, oldest first.
-func (d *deadCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.ParkedRow, error) {
+func (d *parkedCmd) parked(ctx context.Context, k *conn, ids []string, limit int) ([]txmsg.ParkedRow, error) {
 	return k.inbox.Parked(ctx, txmsg.ParkedFilter{Group: d.group, IDs: ids, Limit: limit})
 }
 
-func cmdDeadList(ctx context.Context, e *env, args []string) error {
-	d := newDeadCmd(e, "list", "-kind outbox|consumer [flags]")
+func cmdParkedList(ctx context.Context, e *env, args []string) error {
+	d := newParkedCmd(e, "list", "-kind outbox|consumer [flags]")
 	limit := d.fs.Int("limit", 100, "show at most this many, oldest first")
 	if err := d.parse(args); err != nil {
 		return err
 	}
 	if len(d.ids) > 0 {
-		return usageError("dead list takes no IDs; use dead show")
+		return usageError("parked list takes no IDs; use parked show")
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
 	defer cancel()
@@ -108,15 +108,15 @@ func cmdDeadList(ctx context.Context, e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	if d.kind == kindOutbox {
-		rows, err := k.ob.Dead(ctx, *limit)
+		rows, err := k.ob.List(ctx, outbox.ListFilter{Status: outbox.StatusParked, Limit: *limit})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(tw, "MSG ID\tTOPIC\tATTEMPTS\tDIED AT\tLAST ERROR")
+		fmt.Fprintln(tw, "MSG ID\tTOPIC\tATTEMPTS\tPARKED AT\tLAST ERROR")
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.MsgID, r.Topic, r.Attempts, r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(e.scrub(r.LastError), 80))
 		}
-		fmt.Fprintf(tw, "(%d dead row(s) shown)\n", len(rows))
+		fmt.Fprintf(tw, "(%d parked row(s) shown)\n", len(rows))
 		return nil
 	}
 	rows, err := d.parked(ctx, k, nil, *limit)
@@ -131,8 +131,8 @@ func cmdDeadList(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func cmdDeadShow(ctx context.Context, e *env, args []string) error {
-	d := newDeadCmd(e, "show", "-kind outbox|consumer [flags] ID...")
+func cmdParkedShow(ctx context.Context, e *env, args []string) error {
+	d := newParkedCmd(e, "show", "-kind outbox|consumer [flags] ID...")
 	var bo bodyOut
 	d.fs.BoolVar(&bo.full, "full", false, fmt.Sprintf("print whole bodies (by default the first %d bytes of each)", maxPrintedBody))
 	d.fs.StringVar(&bo.file, "out", "", "write the body, as stored, to this new file instead of printing it (one ID; kind consumer: with -group when several groups parked it)")
@@ -140,7 +140,7 @@ func cmdDeadShow(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(d.ids) == 0 {
-		return usageError("dead show needs the txmsg IDs to show")
+		return usageError("parked show needs the txmsg IDs to show")
 	}
 	if bo.file != "" && len(d.ids) != 1 {
 		return usageError("-out writes one body: give one ID, not %d", len(d.ids))
@@ -157,14 +157,14 @@ func cmdDeadShow(ctx context.Context, e *env, args []string) error {
 	defer k.close()
 	found := map[string]bool{}
 	if d.kind == kindOutbox {
-		rows, err := k.ob.Rows(ctx, d.ids...)
+		rows, err := k.ob.List(ctx, outbox.ListFilter{IDs: d.ids})
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
 			found[r.MsgID] = true
 			if err := showFields(e, &bo, [][2]string{
-				{"msg_id", r.MsgID}, {"status", string(r.Status)}, {"topic", r.Topic}, {"tag", r.Tag},
+				{"msg_id", r.MsgID}, {"status", r.Status.Name()}, {"topic", r.Topic}, {"tag", r.Tag},
 				{"keys", r.Keys}, {"sharding_key", r.ShardingKey}, {"attempts", fmt.Sprint(r.Attempts)},
 				{"created_at", stamp(r.CreatedAt)}, {"updated_at", stamp(r.UpdatedAt)}, {"next_attempt_at", stamp(r.NextAttemptAt)},
 				{"last_error", r.LastError}, {"properties", r.Properties},
@@ -212,11 +212,11 @@ func notFound(ids []string, found map[string]bool) error {
 	return nil
 }
 
-// maxPrintedBody bounds how much of a body dead show prints without
+// maxPrintedBody bounds how much of a body parked show prints without
 // -full: a body may be megabytes.
 const maxPrintedBody = 4 << 10
 
-// bodyOut is where dead show puts bodies: cut on stdout, whole with
+// bodyOut is where parked show puts bodies: cut on stdout, whole with
 // -full, or in a file with -out.
 type bodyOut struct {
 	full bool
@@ -299,15 +299,15 @@ func writeBody(w io.Writer, body []byte, limit int) {
 	}
 }
 
-func cmdDeadRequeue(ctx context.Context, e *env, args []string) error {
-	d := newDeadCmd(e, "requeue", "-kind outbox|consumer [flags] ID...")
+func cmdParkedRequeue(ctx context.Context, e *env, args []string) error {
+	d := newParkedCmd(e, "requeue", "-kind outbox|consumer [flags] ID...")
 	var pub publishFlags
 	pub.register(d.fs)
 	if err := d.parse(args); err != nil {
 		return err
 	}
 	if len(d.ids) == 0 {
-		return usageError("dead requeue needs the txmsg IDs to requeue")
+		return usageError("parked requeue needs the txmsg IDs to requeue")
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.c.timeout)
 	defer cancel()
@@ -332,11 +332,11 @@ func requeueOutbox(ctx context.Context, e *env, k *conn, ids []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "requeued %d dead row(s) of %s; the relays publish them\n", n, k.ob.Table())
+	fmt.Fprintf(e.stdout, "requeued %d parked row(s) of %s; the relays publish them\n", n, k.ob.Table())
 	if int(n) == len(ids) {
 		return nil
 	}
-	rows, err := k.ob.Rows(ctx, ids...)
+	rows, err := k.ob.List(ctx, outbox.ListFilter{IDs: ids})
 	if err != nil {
 		return err
 	}
@@ -350,7 +350,7 @@ func requeueOutbox(ctx context.Context, e *env, k *conn, ids []string) error {
 		case !ok:
 			problems = append(problems, id+" (not found)")
 		case s != outbox.StatusPending:
-			problems = append(problems, fmt.Sprintf("%s (%s)", id, s))
+			problems = append(problems, fmt.Sprintf("%s (%s)", id, s.Name()))
 		}
 	}
 	if len(problems) > 0 {
@@ -359,7 +359,7 @@ func requeueOutbox(ctx context.Context, e *env, k *conn, ids []string) error {
 	return nil
 }
 
-// publishFlags are the broker settings of dead requeue -kind consumer.
+// publishFlags are the broker settings of parked requeue -kind consumer.
 type publishFlags struct {
 	nameServers, group, namespace, accessKey, secretKey string
 }
@@ -408,7 +408,7 @@ func (p *publishFlags) config(e *env, topics []string) txrmq.PublisherConfig {
 // requeueParked replays each parked message to the group that parked it
 // alone, through the group's retry topic, and deletes its parked row
 // (txmsg.Inbox.RequeueParked).
-func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publishFlags) error {
+func requeueParked(ctx context.Context, e *env, k *conn, d *parkedCmd, pf *publishFlags) error {
 	rows, err := d.parked(ctx, k, d.ids, 0)
 	if err != nil {
 		return err
@@ -439,8 +439,8 @@ func requeueParked(ctx context.Context, e *env, k *conn, d *deadCmd, pf *publish
 	return errors.Join(err, notFound(d.ids, found))
 }
 
-func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
-	d := newDeadCmd(e, "purge", "-kind outbox|consumer [flags] (-older-than D | ID...)")
+func cmdParkedPurge(ctx context.Context, e *env, args []string) error {
+	d := newParkedCmd(e, "purge", "-kind outbox|consumer [flags] (-older-than D | ID...)")
 	olderThan := d.fs.Duration("older-than", 0, "delete those that died or were parked more than this long ago (0s: all of them)")
 	batch := d.fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	if err := d.parse(args); err != nil {
@@ -450,7 +450,7 @@ func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
 	d.fs.Visit(func(f *flag.Flag) { byAge = byAge || f.Name == "older-than" })
 	switch {
 	case byAge == (len(d.ids) > 0):
-		return usageError("dead purge needs either -older-than or IDs (-older-than 0s deletes every one)")
+		return usageError("parked purge needs either -older-than or IDs (-older-than 0s deletes every one)")
 	case *olderThan < 0:
 		return usageError("-older-than must not be negative")
 	}
@@ -464,11 +464,11 @@ func cmdDeadPurge(ctx context.Context, e *env, args []string) error {
 	var n int64
 	var what string
 	if d.kind == kindOutbox {
-		what = "dead row(s) from " + k.ob.Table()
+		what = "parked row(s) from " + k.ob.Table()
 		if byAge {
-			n, err = k.ob.PurgeDead(ctx, *olderThan, *batch)
+			n, err = k.ob.PurgeParked(ctx, *olderThan, *batch)
 		} else {
-			n, err = k.ob.DeleteDead(ctx, d.ids...)
+			n, err = k.ob.DeleteParked(ctx, d.ids...)
 		}
 	} else {
 		_, table := k.inbox.Tables()
