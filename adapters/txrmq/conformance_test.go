@@ -55,6 +55,7 @@ func TestPublisherConformance(t *testing.T) {
 			Publisher: start(t, txrmq.Config{NameServers: []string{testbed.NameServer()}, Group: testbed.Name(t, "confpub")}),
 			Topic:     topic,
 			Observer:  observe.Topic(t, topic),
+			DB:        testbed.DB(t),
 			Unavailable: func(t testing.TB) txmsg.Publisher {
 				// A name server nobody listens on.
 				return start(t, txrmq.Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "confaway"),

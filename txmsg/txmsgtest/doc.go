@@ -42,5 +42,12 @@
 //     attempt, however long the outage lasts, while one that wraps
 //     [txmsg.ErrRejected] or [txmsg.ErrInvalidMessage] (the message
 //     itself will never go through) counts an attempt and, after
-//     MaxAttempts, leaves the row dead for an operator.
+//     MaxAttempts, leaves the row dead for an operator. Given a database
+//     ([PublisherEnv].DB), the suite runs the outbox relay over the
+//     Publisher and checks exactly that on the rows.
+//
+// The cases that need more than a working broker skip, saying what is
+// missing, when the environment lacks it: a Publisher whose broker is away
+// ([PublisherEnv].Unavailable), a message the broker refuses
+// ([PublisherEnv].Rejected), a database for the relay.
 package txmsgtest

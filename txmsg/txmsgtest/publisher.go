@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -31,6 +33,10 @@ type PublisherEnv struct {
 	// whose own limit is higher). Without it the case that checks how a
 	// refusal is reported skips.
 	Rejected func(topic string) *txmsg.Message
+	// DB, when set, is a database of the case's own in which the relay
+	// cases create the outbox table and run the outbox relay over the
+	// Publisher (and over Unavailable's). Without it they skip.
+	DB *gorm.DB
 }
 
 // publishWait bounds each Publish call of the cases.
@@ -49,6 +55,8 @@ func RunPublisher(t *testing.T, setup func(t *testing.T) PublisherEnv) {
 		{"InvalidMessageFailsAlone", invalidFailsAlone},
 		{"RejectedIsNotUnavailable", rejectedIsNotUnavailable},
 		{"UnavailableIsNotRejected", unavailableIsNotRejected},
+		{"RelayKeepsRowsWhileUnavailable", relayKeepsRowsWhileUnavailable},
+		{"RelayLeavesRefusedRowsDead", relayLeavesRefusedRowsDead},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
