@@ -3,6 +3,7 @@ package txrmq_test
 import (
 	"context"
 	"crypto/rand"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -57,9 +58,9 @@ func TestPublisherConformance(t *testing.T) {
 			Observer:  observe.Topic(t, topic),
 			DB:        testbed.DB(t),
 			Unavailable: func(t testing.TB) txmsg.Publisher {
-				// A name server nobody listens on.
+				// A name server nobody listens on; its warning goes to the test's log.
 				return start(t, txrmq.Config{NameServers: []string{"127.0.0.1:1"}, Group: testbed.Name(t, "confaway"),
-					SendTimeout: time.Second, Retries: 1})
+					SendTimeout: time.Second, Retries: 1, Logger: slog.New(slog.NewTextHandler(testbed.LogWriter(t), nil))})
 			},
 			Rejected: func(topic string) *txmsg.Message {
 				body := make([]byte, 4<<20+1024)
