@@ -46,10 +46,10 @@ test: services-up vet fmt-check hygiene wire-check
 ## test-defaults: the packages that own or use txmsg's tables again, each test database created the
 ## way a DBA creates one (plain CREATE DATABASE: the server's default collation, e.g. utf8mb4_general_ci,
 ## and its default isolation level) instead of utf8mb4_bin. `make test` runs it too.
+# Tests about memory, load and crashes, which no collation changes, skip themselves in this pass
+# (testbed.SkipOnServerDefaults).
 DEFAULTS_PKGS := ./checker/ ./txmsg/ ./adapters/outbox/ ./adapters/txrmq/ ./internal/... ./cmd/txmsgctl/ ./examples/...
-# Tests about memory, load and crashes, which no collation changes, run in the first pass only.
-DEFAULTS_SKIP := TestRelayMemoryBounded|TestRelaysJoinOneByOne|TestUnorderedRelaysShareBacklog|TestBrokerOrderedHotKeyDrains|TestBrokerLongOutageNoDeadRows|TestOrderedConsumerCrashAndRebalance|TestCheckBacksDoNotPileUpWhileTheDatabaseIsSlow|TestCloseLeavesNothingRunning
-RUN_TEST_DEFAULTS = TXMSG_TEST_DB_DEFAULTS=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m -skip '$(DEFAULTS_SKIP)' $(DEFAULTS_PKGS)
+RUN_TEST_DEFAULTS = TXMSG_TEST_DB_DEFAULTS=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(DEFAULTS_PKGS)
 test-defaults: services-up
 	$(RUN_TEST_DEFAULTS)
 
@@ -78,8 +78,8 @@ test-compat:
 	$(MYSQL_UP)
 	GO=$(GO) COMPAT_SCOPE=$(COMPAT_SCOPE) scripts/test-compat.sh
 
-## test-cluster: the two-broker cluster tests (TestCluster* in adapters/txrmq and adapters/outbox):
-## starts a RocketMQ cluster from Maven Central jars on ports of its own (name server 29876, broker-a 30911,
+## test-cluster: the two-broker cluster tests (those of adapters/txrmq and adapters/outbox that call
+## testbed.RequireCluster; with TXMSG_CLUSTER_NAMESRV set the packages' other tests skip): starts a RocketMQ cluster from Maven Central jars on ports of its own (name server 29876, broker-a 30911,
 ## broker-b 31911; scripts/rocketmq.sh start --cluster) from an empty store, runs the tests, which SIGKILL and
 ## restart the cluster's brokers, then stops the cluster. The default-port broker is started (the packages' TestMain
 ## checks it) and never touched otherwise. See docs/testing.md.
@@ -95,15 +95,17 @@ test-cluster: services-up
 	$(CLUSTER_ENV) scripts/rocketmq.sh stop
 	$(CLUSTER_ENV) scripts/rocketmq.sh wipe
 	$(CLUSTER_ENV) scripts/rocketmq.sh start
-	status=0; $(CLUSTER_ENV) TXMSG_REQUIRE_CLUSTER=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 15m \
-		-run '^TestCluster' ./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
+	status=0; $(CLUSTER_ENV) TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 15m \
+		./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
 	$(CLUSTER_ENV) scripts/rocketmq.sh stop; exit $$status
 
 ## test-broker-faults: the tests that need a broker of their own, each on a private broker (ports and store
 ## of its own; the default-port broker is never touched), started and stopped here: a broker that is
-## SIGKILLed and restarted under a relay, under the consumers and under the sweeper (TXMSG_BROKER_RESTART), and one that deletes its commit-log files within
-## seconds, so a new consumer group gets "not found" for its start offset (TXMSG_EXPIRING_BROKER). About 3 min.
-## Without -race, like test-cluster. See docs/testing.md.
+## SIGKILLed and restarted under a relay, under the consumers and under the sweeper (TXMSG_BROKER_RESTART:
+## the tests that call testbed.RequireRestartableBroker), and one that deletes its commit-log files within
+## seconds, so a new consumer group gets "not found" for its start offset (TXMSG_EXPIRING_BROKER: the tests
+## that call testbed.RunsOnExpiringBroker). With either set, the packages' other tests skip. About 3 min.
+## Without -race, like test-cluster; -p 1: the restart tests of both packages kill the same broker. See docs/testing.md.
 RESTART_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:14876 TXMSG_RMQ_BROKER_PORT=15911 TXMSG_BROKER=127.0.0.1:15911
 EXPIRING_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:16876 TXMSG_RMQ_BROKER_PORT=17911 TXMSG_BROKER=127.0.0.1:17911 \
 	TXMSG_RMQ_EXTRA_CONF=scripts/rocketmq/expiring.conf
@@ -112,16 +114,14 @@ test-broker-faults:
 	$(RESTART_ENV) scripts/rocketmq.sh stop
 	$(RESTART_ENV) scripts/rocketmq.sh wipe
 	$(RESTART_ENV) scripts/rocketmq.sh start
-	status=0; $(RESTART_ENV) TXMSG_BROKER_RESTART=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
-		-run '^TestBrokerRestartWaitingRowsGoOutAtOnce$$' ./adapters/outbox/ || status=$$?; \
-	if [ $$status -eq 0 ]; then $(RESTART_ENV) TXMSG_BROKER_RESTART=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
-		-run '^TestBrokerRestart(Consumer|Sweeper)PullsAgainAtOnce$$' ./adapters/txrmq/ || status=$$?; fi; \
+	status=0; $(RESTART_ENV) TXMSG_BROKER_RESTART=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 10m \
+		./adapters/outbox/ ./adapters/txrmq/ || status=$$?; \
 	$(RESTART_ENV) scripts/rocketmq.sh stop; exit $$status
 	$(EXPIRING_ENV) scripts/rocketmq.sh stop
 	$(EXPIRING_ENV) scripts/rocketmq.sh wipe
 	$(EXPIRING_ENV) scripts/rocketmq.sh start
 	status=0; $(EXPIRING_ENV) TXMSG_EXPIRING_BROKER=1 TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m \
-		-run '^TestNewGroup' ./adapters/txrmq/ || status=$$?; \
+		./adapters/txrmq/ || status=$$?; \
 	$(EXPIRING_ENV) scripts/rocketmq.sh stop; exit $$status
 
 ## unit: the tests that need no services (others skip).

@@ -44,6 +44,7 @@ func (p slowStart) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 // transaction outlives its deadline, rolls back after publishing and
 // publishes the same rows again.
 func TestBrokerOrderedHotKeyDrains(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "a load test of one hot key, which no collation or isolation level changes")
 	t.Parallel()
 	e := brokerEnv(t)
 	obs := testbed.Observe(t, e.topic, nil)
@@ -123,6 +124,7 @@ const memRows = 64
 // never takes more than memBound from the OS: claims load bodies within
 // their byte budget instead of whole batches.
 func TestRelayMemoryBounded(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "it measures the relay's memory, which no collation or isolation level changes")
 	t.Parallel()
 	e := brokerEnv(t)
 	const n = memRows

@@ -8,13 +8,14 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
-	"github.com/txmsg/txmsg/internal/conformance"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/observe"
+	"github.com/txmsg/txmsg/txmsg/txmsgtest"
 )
 
 func TestOutboxConformance(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, conformance.Features{}, func(t *testing.T) conformance.Env {
+	txmsgtest.RunTransactor(t, func(t *testing.T) txmsgtest.TransactorEnv {
 		testbed.RequireBroker(t)
 		db := testbed.DB(t)
 		ob, err := outbox.New(db, outbox.Config{})
@@ -37,6 +38,6 @@ func TestOutboxConformance(t *testing.T) {
 			<-done
 			_ = pub.Close(context.Background())
 		})
-		return conformance.Env{Transactor: ob, DB: db, Topic: topic}
+		return txmsgtest.TransactorEnv{Transactor: ob, DB: db, Topic: topic, Observer: observe.Topic(t, topic)}
 	})
 }

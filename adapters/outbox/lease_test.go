@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/internal/testbed"
 )
 
 // A relay that asked for a bucket and then died must not count as live
@@ -136,6 +138,7 @@ const maxSpreadRounds = 8
 // once the spread is even the leases stay put; and every key's rows go
 // out in order across all the hand-overs.
 func TestRelaysJoinOneByOne(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "a load test of lease hand-overs, which no collation or isolation level changes")
 	t.Parallel()
 	e := newEnv(t, Config{})
 	pub := newMemPublisher()

@@ -77,6 +77,7 @@ func publisherAt(t *testing.T, addr string) *txrmq.Publisher {
 // key order, once the relays reach the real broker, either by being
 // pointed at it or because the route comes back.
 func TestBrokerLongOutageNoDeadRows(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "a broker outage test, which no collation or isolation level changes")
 	t.Parallel()
 	for _, ordered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {

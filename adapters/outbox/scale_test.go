@@ -69,6 +69,7 @@ func (e *env) owners() map[string]int {
 // ever in two Publish calls at once, every relay takes a share and each
 // ends up owning its own buckets.
 func TestUnorderedRelaysShareBacklog(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "a load test of relays sharing a backlog, which no collation or isolation level changes")
 	t.Parallel()
 	e := newEnv(t, Config{})
 	const n, relays = 12000, 6

@@ -163,6 +163,7 @@ func (c *checkBackCounter) OnCheckBack(string, string, txmsg.LocalState, error, 
 // must not pile up as goroutines: a few are resolved at a time, a bounded
 // number wait, and the rest are answered UNKNOWN at once.
 func TestCheckBacksDoNotPileUpWhileTheDatabaseIsSlow(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "a load test of the check-back goroutines, which no collation or isolation level changes")
 	e := newTxEnv(t)
 	ctx := context.Background()
 	const n = 200

@@ -430,6 +430,7 @@ func (c *orderedChild) output() string {
 // call in 20; one process is killed mid-run and started again. Every key
 // is handled exactly 1..100, in order, each effect once.
 func TestOrderedConsumerCrashAndRebalance(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "a crash and rebalance test of consumer processes, which no collation or isolation level changes")
 	if testing.Short() {
 		t.Skip("slow: two consumer processes, one killed and restarted")
 	}

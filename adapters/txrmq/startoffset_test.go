@@ -52,6 +52,7 @@ func startKind(t *testing.T, kind string, db *gorm.DB, topic, group string, hand
 // not only in the client's memory until its first persist (10 s later):
 // the broker answers "no offset" for none of the topic's queues.
 func TestNewGroupStartOffsetsOnBrokerWhenStartReturns(t *testing.T) {
+	testbed.RunsOnExpiringBroker(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind, func(t *testing.T) {
 			b := newConsumerBed(t)
@@ -92,6 +93,7 @@ func TestNewGroupCrashChildProcess(t *testing.T) {
 	parts := strings.Split(spec, "|")
 	require.Len(t, parts, 4)
 	kind, dsn, topic, group := parts[0], parts[1], parts[2], parts[3]
+	testbed.RunsOnExpiringBroker(t)
 	testbed.RequireBroker(t)
 	testbed.QuietClientLogs()
 	db, err := testbed.Open(dsn)
@@ -152,13 +154,6 @@ func runStartChild(t *testing.T, spec string) {
 	}
 }
 
-// expiringBrokerEnv, when 1, says the test broker deletes commit-log files
-// within seconds (fileReservedTime=0, small files, deleteWhen every hour):
-// the crash test then first pushes each queue's first offset above 0, the
-// state of a topic older than the broker's retention, where the broker
-// answers a group without an offset "not found" instead of "0".
-const expiringBrokerEnv = "TXMSG_EXPIRING_BROKER"
-
 // The chaos finding: the first consumer of a brand-new group is killed
 // right after Start, before the client persisted anything; events are
 // published while it is down; the group's next consumer must handle every
@@ -170,13 +165,17 @@ const expiringBrokerEnv = "TXMSG_EXPIRING_BROKER"
 // whose first message has left the page cache) the client starts at the
 // queue's end, after the events published meanwhile, and skips them. On a
 // broker that still holds each queue's first message in memory it answers
-// "0" instead and the events are handled either way; set
-// TXMSG_EXPIRING_BROKER=1 against a broker that deletes its files at once
-// to test the other answer.
+// "0" instead and the events are handled either way. On a broker that
+// deletes its commit-log files within seconds (fileReservedTime=0, small
+// files, deleteWhen every hour; testbed.ExpiringBrokerEnv=1, make
+// test-broker-faults) the test first pushes each queue's first offset
+// above 0, the state of a topic older than the broker's retention, where
+// the broker answers a group without an offset "not found" instead of "0".
 func TestNewGroupCrashRightAfterStartLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: a consumer process killed and a new one started")
 	}
+	expiring := testbed.RunsOnExpiringBroker(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind, func(t *testing.T) {
 			testbed.RequireBroker(t)
@@ -194,7 +193,7 @@ func TestNewGroupCrashRightAfterStartLosesNothing(t *testing.T) {
 			t.Cleanup(func() { _ = pub.Close(context.Background()) })
 			b := &consumerBed{t: t, db: db, inbox: inbox, topic: topic, group: group, pub: pub}
 
-			if os.Getenv(expiringBrokerEnv) == "1" {
+			if expiring {
 				expireQueueHeads(t, b)
 			}
 			offsets, err := pub.BrokerOffsets(ctx, group, topic, testbed.Broker())

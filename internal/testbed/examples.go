@@ -19,9 +19,10 @@ import (
 // Runnable examples (func ExampleXxx with an "// Output:" comment) cannot
 // skip themselves the way tests do. A package whose examples need the
 // services calls RunWithExamples from its TestMain: when the services do
-// not answer and TXMSG_REQUIRE_SERVICES is not 1, it skips every example
-// of the package (with -test.skip) and says so; otherwise the examples run
-// against the services like the tests do. ExampleDB and ExampleTopic give
+// not answer and TXMSG_REQUIRE_SERVICES is not 1, or in a run made for a
+// special broker (see [SpecialRun]), it skips every example of the package
+// (with -test.skip) and says so; otherwise the examples run against the
+// services like the tests do. ExampleDB and ExampleTopic give
 // each example its own database and topic; the databases are dropped when
 // the run ends.
 
@@ -40,8 +41,12 @@ func RunWithExamples(m *testing.M) int {
 	if !flag.Parsed() {
 		flag.Parse()
 	}
-	if why := servicesDown(); why != "" {
-		if Required() {
+	why := servicesDown()
+	if s := SpecialRun(); s != "" {
+		why = "this run is for the tests that need " + s
+	}
+	if why != "" {
+		if Required() && SpecialRun() == "" {
 			fmt.Fprintf(os.Stderr, "testbed: %s (TXMSG_REQUIRE_SERVICES=1)\n", why)
 			return 1
 		}

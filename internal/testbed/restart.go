@@ -17,13 +17,15 @@ const BrokerRestartEnv = "TXMSG_BROKER_RESTART"
 
 // RequireRestartableBroker skips t unless BrokerRestartEnv is 1, and fails
 // it when the broker is unreachable or scripts/rocketmq.sh did not start
-// the broker of TXMSG_NAMESRV.
+// the broker of TXMSG_NAMESRV. A run with BrokerRestartEnv=1 is for such
+// tests alone: the others skip (see [SpecialRun]).
 func RequireRestartableBroker(t *testing.T) {
 	t.Helper()
-	if os.Getenv(BrokerRestartEnv) != "1" {
-		t.Skipf("set %s=1, with TXMSG_NAMESRV, TXMSG_BROKER, TXMSG_RMQ_BROKER_PORT and TXMSG_CACHE naming a broker of the test's own, "+
-			"to let this test kill and restart it (docs/testing.md)", BrokerRestartEnv)
+	if !restartRun.on() {
+		t.Skipf("needs a broker of its own that it may kill and restart: set %s=1, with TXMSG_NAMESRV, TXMSG_BROKER, TXMSG_RMQ_BROKER_PORT and TXMSG_CACHE naming it; "+
+			"make test-broker-faults does (docs/testing.md)", BrokerRestartEnv)
 	}
+	declare(t, restartRun)
 	RequireBroker(t)
 	RocketMQScript(t, "owns")
 }

@@ -96,9 +96,11 @@ func QuietClientLogs() {
 }
 
 // RequireBroker skips or fails t when the name server or broker does not
-// answer.
+// answer. In a run made for a special broker that t did not ask for (see
+// [SpecialRun]) it skips t.
 func RequireBroker(t testing.TB) {
 	t.Helper()
+	skipUnlessFor(t)
 	QuietClientLogs()
 	// Before any client of the test binary starts: the client's logger is
 	// a process global that cannot be replaced safely later.
@@ -154,21 +156,19 @@ func ClusterBrokers() []ClusterBroker {
 }
 
 // RequireCluster skips t unless TXMSG_CLUSTER_NAMESRV names the cluster's
-// name server (with TXMSG_REQUIRE_CLUSTER=1 it fails instead), checks that
-// it and every broker answer, and points this test and its child processes
-// at the cluster: TXMSG_NAMESRV becomes the cluster's name server and
-// TXMSG_BROKER broker-a, and [Topic] creates topics on every broker. It
-// uses t.Setenv: such tests cannot be parallel.
+// name server, checks that it and every broker answer, and points this
+// test and its child processes at the cluster: TXMSG_NAMESRV becomes the
+// cluster's name server and TXMSG_BROKER broker-a, and [Topic] creates
+// topics on every broker. It uses t.Setenv: such tests cannot be
+// parallel. A run with TXMSG_CLUSTER_NAMESRV set is for such tests alone:
+// the others skip (see [SpecialRun]).
 func RequireCluster(t *testing.T) []ClusterBroker {
 	t.Helper()
 	ns := ClusterNameServer()
 	if ns == "" {
-		msg := "TXMSG_CLUSTER_NAMESRV is not set: the two-broker cluster tests run with make test-cluster"
-		if os.Getenv("TXMSG_REQUIRE_CLUSTER") == "1" {
-			t.Fatal(msg + " (TXMSG_REQUIRE_CLUSTER=1)")
-		}
-		t.Skip(msg)
+		t.Skip("needs the two-broker cluster: set TXMSG_CLUSTER_NAMESRV (and TXMSG_CLUSTER_BROKERS) to name it; make test-cluster starts one and does")
 	}
+	declare(t, clusterRun)
 	brokers := ClusterBrokers()
 	if len(brokers) < 2 {
 		t.Fatalf("TXMSG_CLUSTER_BROKERS must name two brokers as name=host:port,...; got %q", os.Getenv("TXMSG_CLUSTER_BROKERS"))
@@ -311,9 +311,11 @@ func DB(t testing.TB, opts ...DBOption) *gorm.DB {
 }
 
 // DBWithDSN is DB that also returns the new database's DSN, for tests that
-// open further connections (child processes, proxies).
+// open further connections (child processes, proxies). Like [RequireBroker]
+// it skips t in a run made for a special broker t did not ask for.
 func DBWithDSN(t testing.TB, opts ...DBOption) (*gorm.DB, string) {
 	t.Helper()
+	skipUnlessFor(t)
 	o := dbOptions{serverDefaults: UseServerDefaults()}
 	for _, opt := range opts {
 		opt(&o)

@@ -1,0 +1,144 @@
+package testbed
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Tests choose themselves: a test that needs more than the everyday test
+// bed (the broker and database of scripts/rocketmq.sh and
+// scripts/mysql.sh) says so by calling one of the helpers below first, and
+// skips itself, with a message naming what would run it, when the run's
+// environment does not provide it. No make target names a test: each
+// selects packages and sets the environment.
+//
+// A run whose broker is special is for the tests that ask for that broker
+// alone:
+//
+//   - TXMSG_CLUSTER_NAMESRV set: the two-broker cluster ([RequireCluster]);
+//   - TXMSG_BROKER_RESTART=1: a broker of the run's own that tests kill and
+//     restart ([RequireRestartableBroker]);
+//   - TXMSG_EXPIRING_BROKER=1: a broker that deletes its commit-log files
+//     within seconds ([RunsOnExpiringBroker]).
+//
+// In such a run every other test skips as soon as it asks the test bed for
+// a service ([RequireBroker], [DB], [DBWithDSN], [Topic], [Observe]), and
+// [RunWithExamples] skips the package's examples: they run in make test.
+// Tests that use no service run in every run.
+
+// specialBroker is a kind of broker a run can be made for.
+type specialBroker struct {
+	what   string // what the broker is, for messages
+	env    string // the environment that makes a run one for it
+	target string // the make target that makes such a run
+	on     func() bool
+}
+
+var (
+	clusterRun = &specialBroker{
+		what:   "the two-broker cluster",
+		env:    "TXMSG_CLUSTER_NAMESRV",
+		target: "make test-cluster",
+		on:     func() bool { return ClusterNameServer() != "" },
+	}
+	restartRun = &specialBroker{
+		what:   "a broker of the run's own that tests kill and restart",
+		env:    BrokerRestartEnv + "=1",
+		target: "make test-broker-faults",
+		on:     func() bool { return os.Getenv(BrokerRestartEnv) == "1" },
+	}
+	expiringRun = &specialBroker{
+		what:   "a broker that deletes its commit-log files within seconds",
+		env:    ExpiringBrokerEnv + "=1",
+		target: "make test-broker-faults",
+		on:     func() bool { return os.Getenv(ExpiringBrokerEnv) == "1" },
+	}
+	specialBrokers = []*specialBroker{clusterRun, restartRun, expiringRun}
+)
+
+// ExpiringBrokerEnv, set to 1, says the test broker deletes its
+// commit-log files within seconds (scripts/rocketmq/expiring.conf), so a
+// queue's first offset soon leaves 0. Meant for a broker of the run's own
+// (make test-broker-faults starts one).
+const ExpiringBrokerEnv = "TXMSG_EXPIRING_BROKER"
+
+// specialRun returns the special broker this run is for, or nil for an
+// everyday run.
+func specialRun() *specialBroker {
+	for _, s := range specialBrokers {
+		if s.on() {
+			return s
+		}
+	}
+	return nil
+}
+
+// SpecialRun describes the special broker this run is made for (see the
+// helpers of this file), or returns "" in an everyday run.
+func SpecialRun() string {
+	if s := specialRun(); s != nil {
+		return fmt.Sprintf("%s (%s)", s.what, s.env)
+	}
+	return ""
+}
+
+type declaration struct {
+	test   string
+	broker *specialBroker
+}
+
+// declared holds which tests asked for which special broker.
+var declared sync.Map
+
+// declare records that t runs on s.
+func declare(t testing.TB, s *specialBroker) {
+	declared.Store(declaration{t.Name(), s}, true)
+}
+
+// asked reports whether t, or a test it is a subtest of, declared s.
+func asked(t testing.TB, s *specialBroker) bool {
+	name := t.Name()
+	for {
+		if _, ok := declared.Load(declaration{name, s}); ok {
+			return true
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
+// skipUnlessFor skips t in a run made for a special broker t did not ask
+// for.
+func skipUnlessFor(t testing.TB) {
+	t.Helper()
+	if s := specialRun(); s != nil && !asked(t, s) {
+		t.Skipf("this run is for the tests that need %s (%s is set); this test needs no such broker and runs in make test", s.what, s.env)
+	}
+}
+
+// RunsOnExpiringBroker says that t runs on a broker that deletes its
+// commit-log files within seconds ([ExpiringBrokerEnv]) as well as on the
+// everyday broker, and reports whether this run's broker is such a one.
+// Call it before t asks for any service.
+func RunsOnExpiringBroker(t testing.TB) bool {
+	t.Helper()
+	declare(t, expiringRun)
+	return expiringRun.on()
+}
+
+// SkipOnServerDefaults skips t in the run on databases made with the
+// server's defaults ([DefaultsEnv]=1, make test-defaults), saying why:
+// for a test about memory, load or crashes, which no collation or
+// isolation level changes, that second run would only repeat the first.
+func SkipOnServerDefaults(t testing.TB, why string) {
+	t.Helper()
+	if UseServerDefaults() {
+		t.Skipf("not run on databases with the server's defaults (%s=1): %s", DefaultsEnv, why)
+	}
+}
