@@ -54,7 +54,7 @@ func (d *Dashboard) broker(r *http.Request) (string, string, any, error) {
 	// Topics txmsg's consumers handled messages of.
 	var pairs []struct{ Topic string }
 	in, _ := d.inbox.Tables()
-	if err := d.cfg.DB.WithContext(ctx).Table(in).Distinct("topic").Limit(50).Scan(&pairs).Error; err == nil {
+	if err := d.db.WithContext(ctx).Table(in).Distinct("topic").Limit(50).Scan(&pairs).Error; err == nil {
 		for _, p := range pairs {
 			topics[p.Topic] = true
 		}

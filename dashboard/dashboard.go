@@ -19,7 +19,7 @@
 // (requeue, purge, replay) is a POST carrying a CSRF token and is logged
 // with who did it.
 //
-//	d, err := dashboard.New(dashboard.Config{DB: db, Outbox: ob, Inbox: inbox, Checker: chk})
+//	d, err := dashboard.New(db, dashboard.Config{Outbox: ob, Inbox: inbox, Checker: chk})
 //	if err != nil { ... }
 //	defer d.Close()
 //	mux.Handle("/txmsg/", http.StripPrefix("/txmsg", d))
@@ -30,7 +30,6 @@ package dashboard
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -58,10 +57,8 @@ type HealthCheck struct {
 
 // Config configures a [Dashboard].
 type Config struct {
-	// DB is the database holding txmsg's tables. Required.
-	DB *gorm.DB
 	// Outbox, Inbox and Checker name the tables; nil means the default
-	// table names over DB.
+	// table names over the database given to [New].
 	Outbox  *outbox.Outbox
 	Inbox   *txmsg.Inbox
 	Checker *checker.Checker
@@ -121,6 +118,7 @@ const (
 // Dashboard is the handler. Close stops its sampler.
 type Dashboard struct {
 	cfg     Config
+	db      *gorm.DB
 	log     *slog.Logger
 	ob      *outbox.Outbox
 	inbox   *txmsg.Inbox
@@ -135,53 +133,36 @@ type Dashboard struct {
 	closeOnce sync.Once
 }
 
-// ErrConfig means New was given a config it cannot use.
-var ErrConfig = errors.New("dashboard: invalid config")
-
-// New checks cfg, starts the sampler and returns the handler.
-func New(cfg Config) (*Dashboard, error) {
-	if cfg.DB == nil {
-		return nil, fmt.Errorf("%w: DB is nil", ErrConfig)
+// New returns the dashboard over db, the database holding txmsg's
+// tables: cfg goes through [Config.WithDefaults] and [Config.Validate]
+// (errors wrap txmsg.ErrInvalidConfig and name the field), then New starts
+// the sampler.
+func New(db *gorm.DB, cfg Config) (*Dashboard, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: dashboard: db is nil", txmsg.ErrInvalidConfig)
 	}
-	if cfg.AllowActions && cfg.Token == "" {
-		return nil, fmt.Errorf("%w: AllowActions needs a Token", ErrConfig)
-	}
-	hosts, err := allowedHosts(cfg.AllowedHosts)
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.AllowedHosts = hosts
-	if cfg.SampleInterval < 0 || cfg.QueryTimeout < 0 {
-		return nil, fmt.Errorf("%w: durations must not be negative", ErrConfig)
-	}
-	if cfg.SampleInterval == 0 {
-		cfg.SampleInterval = 15 * time.Second
-	}
-	if cfg.QueryTimeout == 0 {
-		cfg.QueryTimeout = 10 * time.Second
-	}
-	if cfg.Title == "" {
-		cfg.Title = "txmsg"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.AllowedHosts, _ = allowedHosts(cfg.AllowedHosts) // checked by Validate
 	if cfg.Database == "" {
-		cfg.Database = describeDB(cfg.DB)
+		cfg.Database = describeDB(db)
 	}
-	d := &Dashboard{cfg: cfg, log: cfg.Logger.With("component", "txmsg.dashboard"), ob: cfg.Outbox, inbox: cfg.Inbox, chk: cfg.Checker}
+	var err error
+	d := &Dashboard{cfg: cfg, db: db, log: cfg.Logger.With("component", "txmsg.dashboard"), ob: cfg.Outbox, inbox: cfg.Inbox, chk: cfg.Checker}
 	if d.ob == nil {
-		if d.ob, err = outbox.New(cfg.DB, outbox.Config{Logger: cfg.Logger}); err != nil {
+		if d.ob, err = outbox.New(db, outbox.Config{Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
 	if d.inbox == nil {
-		if d.inbox, err = txmsg.NewInbox(cfg.DB, txmsg.InboxConfig{Logger: cfg.Logger}); err != nil {
+		if d.inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
 	if d.chk == nil {
-		if d.chk, err = checker.New(cfg.DB, checker.Config{Logger: cfg.Logger}); err != nil {
+		if d.chk, err = checker.New(db, checker.Config{Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
@@ -202,6 +183,47 @@ func New(cfg Config) (*Dashboard, error) {
 		d.samples.run(ctx)
 	}()
 	return d, nil
+}
+
+// WithDefaults returns c with its zero fields set to their defaults:
+// SampleInterval 15 s, QueryTimeout 10 s, Title "txmsg", Logger
+// slog.Default(). It checks nothing; see [Config.Validate].
+func (c Config) WithDefaults() Config {
+	if c.SampleInterval == 0 {
+		c.SampleInterval = 15 * time.Second
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = 10 * time.Second
+	}
+	if c.Title == "" {
+		c.Title = "txmsg"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks a config that went through [Config.WithDefaults]: a
+// zero field that has a default is refused. Its errors wrap
+// txmsg.ErrInvalidConfig and name the field.
+func (c Config) Validate() error {
+	if c.AllowActions && c.Token == "" {
+		return fmt.Errorf("%w: dashboard: AllowActions needs a Token", txmsg.ErrInvalidConfig)
+	}
+	if _, err := allowedHosts(c.AllowedHosts); err != nil {
+		return err
+	}
+	if c.SampleInterval <= 0 {
+		return fmt.Errorf("%w: dashboard: SampleInterval %v must be positive", txmsg.ErrInvalidConfig, c.SampleInterval)
+	}
+	if c.QueryTimeout <= 0 {
+		return fmt.Errorf("%w: dashboard: QueryTimeout %v must be positive", txmsg.ErrInvalidConfig, c.QueryTimeout)
+	}
+	if c.Logger == nil {
+		return fmt.Errorf("%w: dashboard: Logger is nil; call WithDefaults first", txmsg.ErrInvalidConfig)
+	}
+	return nil
 }
 
 // Close stops the sampler. The handler keeps serving, with a chart that
@@ -308,7 +330,7 @@ func allowedHosts(in []string) ([]string, error) {
 			bad = net.ParseIP(host) == nil
 		}
 		if bad {
-			return nil, fmt.Errorf("%w: AllowedHosts entry %q is not a host name: give it as dash.example.com or dash.example.com:8089", ErrConfig, h)
+			return nil, fmt.Errorf("%w: dashboard: AllowedHosts entry %q is not a host name: give it as dash.example.com or dash.example.com:8089", txmsg.ErrInvalidConfig, h)
 		}
 		out = append(out, strings.ToLower(h))
 	}

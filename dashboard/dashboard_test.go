@@ -20,6 +20,7 @@ import (
 	"github.com/txmsg/txmsg/dashboard"
 	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
 )
 
 // client is an HTTP client that does not follow redirects, so tests see
@@ -185,8 +186,8 @@ func TestReadOnlyByDefault(t *testing.T) {
 	require.Equal(t, outbox.StatusParked, b.Status(dead))
 	_, err := b.Inbox.ParkedMessage(context.Background(), "g1", parked)
 	require.NoError(t, err)
-	_, err = dashboard.New(dashboard.Config{DB: b.DB, AllowActions: true})
-	require.ErrorIs(t, err, dashboard.ErrConfig, "actions without a token")
+	_, err = dashboard.New(b.DB, dashboard.Config{AllowActions: true})
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "actions without a token")
 }
 
 // TestTokenGuardsEveryPage: with a token, pages need the bearer header or
@@ -419,7 +420,7 @@ func TestNoCredentialRendered(t *testing.T) {
 	require.NotEmpty(t, cfg.Passwd)
 	db, err := testbed.Open(b.DSN)
 	require.NoError(t, err)
-	d, err := dashboard.New(dashboard.Config{DB: db})
+	d, err := dashboard.New(db, dashboard.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	srv := httptest.NewServer(d)
@@ -480,7 +481,7 @@ func TestHostHeaderIsChecked(t *testing.T) {
 	// Configured hosts, with or without a port.
 	db, err := testbed.Open(b.DSN)
 	require.NoError(t, err)
-	d, err := dashboard.New(dashboard.Config{DB: db, AllowedHosts: []string{"Dash.Example.com", "ops.example.net:9000"}})
+	d, err := dashboard.New(db, dashboard.Config{AllowedHosts: []string{"Dash.Example.com", "ops.example.net:9000"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	for host, ok := range map[string]bool{
@@ -491,15 +492,15 @@ func TestHostHeaderIsChecked(t *testing.T) {
 		require.Equal(t, ok, w.Code == http.StatusOK, "%s: %d", host, w.Code)
 	}
 	for _, bad := range [][]string{{""}, {"http://dash.example.com"}, {"dash.example.com/x"}, {"a b"}, {"[::1"}} {
-		_, err := dashboard.New(dashboard.Config{DB: db, AllowedHosts: bad})
-		require.ErrorIs(t, err, dashboard.ErrConfig, "%q", bad)
+		_, err := dashboard.New(db, dashboard.Config{AllowedHosts: bad})
+		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "%q", bad)
 		require.ErrorContains(t, err, "AllowedHosts", "%q", bad)
 	}
 
 	// With a token and AllowedHosts the check applies too, even to a
 	// request that carries the token.
 	const token = "tok-host-7d1e"
-	dt, err := dashboard.New(dashboard.Config{DB: db, Token: token, AllowedHosts: []string{"dash.example.com"}})
+	dt, err := dashboard.New(db, dashboard.Config{Token: token, AllowedHosts: []string{"dash.example.com"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = dt.Close() })
 	bearer := map[string]string{"Authorization": "Bearer " + token}

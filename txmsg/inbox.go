@@ -139,22 +139,12 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: inbox: db is nil", ErrInvalidConfig)
 	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if err := store.CheckParseTime(db); err != nil {
 		return nil, fmt.Errorf("%w: inbox: %w", ErrInvalidConfig, err)
-	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultInboxTable
-	}
-	if cfg.ParkedTable == "" {
-		cfg.ParkedTable = DefaultParkedTable
-	}
-	for _, t := range []string{cfg.Table, cfg.ParkedTable} {
-		if !store.ValidIdent(t) {
-			return nil, fmt.Errorf("%w: inbox: table name %q is not a plain SQL identifier", ErrInvalidConfig, t)
-		}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	hooks, err := cfg.Hooks.bind(cfg.Logger)
 	if err != nil {
@@ -162,6 +152,40 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	}
 	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, parked: cfg.ParkedTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
+}
+
+// WithDefaults returns c with its zero fields set to their defaults:
+// Table [DefaultInboxTable], ParkedTable [DefaultParkedTable], Logger
+// slog.Default(). It checks nothing; see [InboxConfig.Validate].
+func (c InboxConfig) WithDefaults() InboxConfig {
+	if c.Table == "" {
+		c.Table = DefaultInboxTable
+	}
+	if c.ParkedTable == "" {
+		c.ParkedTable = DefaultParkedTable
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks a config that went through [InboxConfig.WithDefaults]:
+// a zero field that has a default is refused. Its errors wrap
+// [ErrInvalidConfig] and name the field.
+func (c InboxConfig) Validate() error {
+	for _, t := range []struct{ field, name string }{{"Table", c.Table}, {"ParkedTable", c.ParkedTable}} {
+		if !store.ValidIdent(t.name) {
+			return fmt.Errorf("%w: inbox: %s %q is not a plain SQL identifier", ErrInvalidConfig, t.field, t.name)
+		}
+	}
+	if c.Logger == nil {
+		return fmt.Errorf("%w: inbox: Logger is nil; call WithDefaults first", ErrInvalidConfig)
+	}
+	if err := c.Hooks.Validate(); err != nil {
+		return fmt.Errorf("inbox: Hooks: %w", err)
+	}
+	return nil
 }
 
 // Migrate creates or updates the inbox and parked tables. On tables

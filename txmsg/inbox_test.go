@@ -242,3 +242,20 @@ func TestNewInboxRefusesDSNWithoutParseTime(t *testing.T) {
 	_, err := txmsg.NewInbox(testbed.OverConn(t, dsn), txmsg.InboxConfig{})
 	require.NoError(t, err)
 }
+
+// TestInboxConfigDefaultsThenValidate: WithDefaults then Validate accepts
+// the zero config; Validate alone refuses it and names the field.
+func TestInboxConfigDefaultsThenValidate(t *testing.T) {
+	require.NoError(t, txmsg.InboxConfig{}.WithDefaults().Validate())
+	err := txmsg.InboxConfig{}.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Table")
+	cfg := txmsg.InboxConfig{ParkedTable: "x;y"}.WithDefaults()
+	require.Equal(t, txmsg.DefaultInboxTable, cfg.Table)
+	err = cfg.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "ParkedTable")
+	err = txmsg.InboxConfig{Hooks: txmsg.Hooks{struct{}{}}}.WithDefaults().Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Hooks")
+}

@@ -54,7 +54,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	}
 	defer k.close()
 	cfg := dashboard.Config{
-		DB: k.db, Outbox: k.ob, Inbox: k.inbox, Checker: k.chk, Database: k.display,
+		Outbox: k.ob, Inbox: k.inbox, Checker: k.chk, Database: k.display,
 		AllowActions: *allow, Token: *token, SampleInterval: *interval, Logger: e.log,
 		Topics: splitList(*topics), AllowedHosts: splitList(*hosts),
 	}
@@ -86,7 +86,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		}
 		return sqlDB.PingContext(ctx)
 	}})
-	d, err := dashboard.New(cfg)
+	d, err := dashboard.New(k.db, cfg)
 	if err != nil {
 		return usageError("%v", err)
 	}

@@ -10,8 +10,8 @@ type opsDashboard = dashboard.Dashboard
 // inventory consumer. It is read-only and has no token, so it answers
 // clients on this machine only.
 func (a *App) newDashboard() (*opsDashboard, error) {
-	return dashboard.New(dashboard.Config{
-		DB: a.db, Inbox: a.inbox, Title: "orderservice", Logger: a.log,
+	return dashboard.New(a.db, dashboard.Config{
+		Inbox: a.inbox, Title: "orderservice", Logger: a.log,
 		Health: []dashboard.HealthCheck{
 			{Name: "events", Check: a.mode.Health},
 			{Name: "inventory consumer", Check: a.consumer.Health},

@@ -124,7 +124,7 @@ func New(t testing.TB, o Options) *Bed {
 	b.Topic = "dash_topic_" + testbed.Suffix()
 	b.Group = testbed.Name(t, "dcg")
 	cfg := dashboard.Config{
-		DB: db, Outbox: b.Outbox, Inbox: b.Inbox, Checker: b.Checker,
+		Outbox: b.Outbox, Inbox: b.Inbox, Checker: b.Checker,
 		Token: o.Token, AllowActions: o.AllowActions, Health: o.Health, AllowedHosts: o.AllowedHosts,
 		SampleInterval: o.SampleInterval, Logger: log,
 	}
@@ -165,7 +165,7 @@ func New(t testing.TB, o Options) *Bed {
 			dashboard.HealthCheck{Name: "relay", Check: relay.Health},
 			dashboard.HealthCheck{Name: "consumer " + b.Group, Check: cons.Health})
 	}
-	b.Dash, err = dashboard.New(cfg)
+	b.Dash, err = dashboard.New(db, cfg)
 	must(err)
 	t.Cleanup(func() { _ = b.Dash.Close() })
 	mux := http.NewServeMux()
