@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -88,19 +89,31 @@ func (r Route) Validate() error {
 // handle handles one received message for group: decode, dedupe, run the
 // handler. A nil error means the message may be acknowledged (it was
 // handled, was a duplicate, or was parked); an error means the broker should
-// deliver it again.
+// deliver it again. A panic outside the handler's transaction (in the
+// codec, say) is returned as a [*PanicError], like the handler's own, so
+// the hooks see that attempt too.
 func (r Route) handle(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
 	if rec == nil || rec.Message == nil {
 		return 0, fmt.Errorf("%w: received message is nil", ErrInvalidMessage)
 	}
 	if len(in.hooks) == 0 {
-		return r.process(ctx, in, group, rec)
+		return r.processRecovering(ctx, in, group, rec)
 	}
 	start := time.Now()
 	ctx = in.hooks.beforeHandle(ctx, group, rec)
-	outcome, err := r.process(ctx, in, group, rec)
+	outcome, err := r.processRecovering(ctx, in, group, rec)
 	in.hooks.consumed(ctx, group, rec, outcome, err, time.Since(start))
 	return outcome, err
+}
+
+// processRecovering runs r.process, turning a panic into a *PanicError.
+func (r Route) processRecovering(ctx context.Context, in *Inbox, group string, rec *Received) (outcome Outcome, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			outcome, err = 0, &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return r.process(ctx, in, group, rec)
 }
 
 func jsonString(v any) (string, error) {

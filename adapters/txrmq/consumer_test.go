@@ -348,10 +348,9 @@ func TestConsumerSurvivesPanics(t *testing.T) {
 		require.Eventually(t, func() bool { return b.handled(m.ID) }, consumerWait, consumerTick)
 		require.EqualValues(t, 1, b.effects(m.ID), "the panicking attempt rolled back")
 	}
-	// The handler's panic is recovered in the inbox, which reports the
-	// attempt to its hooks; the codec's escapes the route, and the
-	// consumer recovers it and logs it (see panicstack_test.go): the hooks
-	// see only the redelivery.
+	// Both panics are recovered and reported to the inbox's hooks as a
+	// *txmsg.PanicError (the handler's inside its transaction, the
+	// codec's around the route), and the message is delivered again.
 	seen := b.of(inHandler.ID)
 	require.Len(t, seen, 2, "one panic, then redelivered once")
 	var pe *txmsg.PanicError
@@ -360,8 +359,11 @@ func TestConsumerSurvivesPanics(t *testing.T) {
 	require.Equal(t, 1, seen[0].attempt)
 	require.Equal(t, 2, seen[1].attempt)
 	seen = b.of(inCodec.ID)
-	require.Len(t, seen, 1, "the codec's panic is not an inbox decision")
-	require.Equal(t, 2, seen[0].attempt, "redelivered after the codec's panic")
+	require.Len(t, seen, 2, "the codec's panic, then redelivered once")
+	require.ErrorAs(t, seen[0].err, &pe)
+	require.ErrorContains(t, seen[0].err, "codec exploded")
+	require.Equal(t, 1, seen[0].attempt)
+	require.Equal(t, 2, seen[1].attempt, "redelivered after the codec's panic")
 
 	after := b.message(consumerEvent{N: 2})
 	b.publish(after)
