@@ -80,6 +80,18 @@ type checkBackLimits struct {
 
 // validateCheckBackLimits checks a producer config's defaulted
 // CheckBackWorkers and CheckBackQueue.
+// checkBackDefaults returns CheckBackWorkers and CheckBackQueue with the
+// zero ones set to their defaults.
+func checkBackDefaults(workers, queue int) (int, int) {
+	if workers == 0 {
+		workers = DefaultCheckBackWorkers
+	}
+	if queue == 0 {
+		queue = DefaultCheckBackQueue
+	}
+	return workers, queue
+}
+
 func validateCheckBackLimits(what string, workers, queue int) error {
 	if workers <= 0 {
 		return fmt.Errorf("%w: %s: CheckBackWorkers must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultCheckBackWorkers)

@@ -3,6 +3,7 @@ package txrmq
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"regexp"
 	"strconv"
@@ -160,6 +161,56 @@ func validateSend(what string, timeout time.Duration, retries, maxBody int) erro
 		return fmt.Errorf("%w: %s: Retries must not be negative (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultRetries)
 	case maxBody <= 0:
 		return fmt.Errorf("%w: %s: MaxBodySize must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, txmsg.DefaultMaxBodySize)
+	}
+	return nil
+}
+
+// validateClient checks what every component's config has: its
+// connection settings and its group.
+func validateClient(what string, c *Conn, group string) error {
+	if err := c.validate(what); err != nil {
+		return err
+	}
+	return validateGroup(what, group)
+}
+
+// validateProducer checks what the producer-side configs share, defaulted:
+// SendTimeout, Retries, MaxBodySize, Hooks and Topics.
+func validateProducer(what string, timeout time.Duration, retries, maxBody int, hooks txmsg.Hooks, topics []string) error {
+	if err := validateSend(what, timeout, retries, maxBody); err != nil {
+		return err
+	}
+	if err := validateHooks(what, hooks); err != nil {
+		return err
+	}
+	for _, t := range topics {
+		if err := txmsg.ValidateTopic(t); err != nil {
+			return fmt.Errorf("%w: %s: Topics: %w", txmsg.ErrInvalidConfig, what, err)
+		}
+	}
+	return nil
+}
+
+// consumeDefaults returns a consumer config's Concurrency and
+// MaxReconsumeTimes with the zero ones set to their defaults.
+func consumeDefaults(concurrency, maxReconsume int) (int, int) {
+	if concurrency == 0 {
+		concurrency = DefaultConcurrency
+	}
+	if maxReconsume == 0 {
+		maxReconsume = DefaultMaxReconsumeTimes
+	}
+	return concurrency, maxReconsume
+}
+
+// validateConsume checks a consumer config's defaulted Concurrency and
+// MaxReconsumeTimes.
+func validateConsume(what string, concurrency, maxReconsume int) error {
+	switch {
+	case concurrency < 1 || concurrency > 1000:
+		return fmt.Errorf("%w: %s: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultConcurrency)
+	case maxReconsume < 1 || maxReconsume > math.MaxInt32:
+		return fmt.Errorf("%w: %s: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxReconsumeTimes)
 	}
 	return nil
 }

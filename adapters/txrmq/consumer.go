@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sync"
 	"time"
@@ -90,12 +89,7 @@ type ConsumerConfig struct {
 // checks nothing.
 func (c ConsumerConfig) WithDefaults() ConsumerConfig {
 	c.Conn = c.Conn.WithDefaults()
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.MaxReconsumeTimes == 0 {
-		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
-	}
+	c.Concurrency, c.MaxReconsumeTimes = consumeDefaults(c.Concurrency, c.MaxReconsumeTimes)
 	if c.BufferMessages == 0 {
 		c.BufferMessages = DefaultBufferMessages
 	}
@@ -110,17 +104,13 @@ func (c ConsumerConfig) WithDefaults() ConsumerConfig {
 func (c ConsumerConfig) Validate() error { return c.validate("consumer") }
 
 func (c *ConsumerConfig) validate(what string) error {
-	if err := c.Conn.validate(what); err != nil {
+	if err := validateClient(what, &c.Conn, c.Group); err != nil {
 		return err
 	}
-	if err := validateGroup(what, c.Group); err != nil {
+	if err := validateConsume(what, c.Concurrency, c.MaxReconsumeTimes); err != nil {
 		return err
 	}
 	switch {
-	case c.Concurrency < 1 || c.Concurrency > 1000:
-		return fmt.Errorf("%w: %s: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultConcurrency)
-	case c.MaxReconsumeTimes < 1 || c.MaxReconsumeTimes > math.MaxInt32:
-		return fmt.Errorf("%w: %s: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxReconsumeTimes)
 	case c.RetryDelayLevel < 0:
 		return fmt.Errorf("%w: %s: RetryDelayLevel must not be negative (0 means the broker's schedule)", txmsg.ErrInvalidConfig, what)
 	case c.BufferMessages < 1 || c.BufferMessages > 6_553_500:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -80,12 +79,7 @@ type OrderedConsumerConfig struct {
 // checks nothing.
 func (c OrderedConsumerConfig) WithDefaults() OrderedConsumerConfig {
 	c.Conn = c.Conn.WithDefaults()
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.MaxReconsumeTimes == 0 {
-		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
-	}
+	c.Concurrency, c.MaxReconsumeTimes = consumeDefaults(c.Concurrency, c.MaxReconsumeTimes)
 	if c.MinBackoff == 0 {
 		c.MinBackoff = DefaultOrderedMinBackoff
 	}
@@ -99,17 +93,13 @@ func (c OrderedConsumerConfig) WithDefaults() OrderedConsumerConfig {
 // [txmsg.ErrInvalidConfig] and names the field.
 func (c OrderedConsumerConfig) Validate() error {
 	const what = "ordered consumer"
-	if err := c.Conn.validate(what); err != nil {
+	if err := validateClient(what, &c.Conn, c.Group); err != nil {
 		return err
 	}
-	if err := validateGroup(what, c.Group); err != nil {
+	if err := validateConsume(what, c.Concurrency, c.MaxReconsumeTimes); err != nil {
 		return err
 	}
 	switch {
-	case c.Concurrency < 1 || c.Concurrency > 1000:
-		return fmt.Errorf("%w: %s: Concurrency must be between 1 and 1000 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultConcurrency)
-	case c.MaxReconsumeTimes < 1 || c.MaxReconsumeTimes > math.MaxInt32:
-		return fmt.Errorf("%w: %s: MaxReconsumeTimes must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxReconsumeTimes)
 	case c.MinBackoff <= 0:
 		return fmt.Errorf("%w: %s: MinBackoff must be positive (0 means %s)", txmsg.ErrInvalidConfig, what, DefaultOrderedMinBackoff)
 	case c.MaxBackoff <= 0:

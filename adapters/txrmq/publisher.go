@@ -74,12 +74,7 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
 	}
-	if c.CheckBackWorkers == 0 {
-		c.CheckBackWorkers = DefaultCheckBackWorkers
-	}
-	if c.CheckBackQueue == 0 {
-		c.CheckBackQueue = DefaultCheckBackQueue
-	}
+	c.CheckBackWorkers, c.CheckBackQueue = checkBackDefaults(c.CheckBackWorkers, c.CheckBackQueue)
 	return c
 }
 
@@ -87,25 +82,14 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 // [txmsg.ErrInvalidConfig] and names the field.
 func (c PublisherConfig) Validate() error {
 	const what = "publisher"
-	if err := c.Conn.validate(what); err != nil {
+	if err := validateClient(what, &c.Conn, c.Group); err != nil {
 		return err
 	}
-	if err := validateGroup(what, c.Group); err != nil {
-		return err
-	}
-	if err := validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize); err != nil {
-		return err
-	}
-	if err := validateHooks(what, c.Hooks); err != nil {
+	if err := validateProducer(what, c.SendTimeout, c.Retries, c.MaxBodySize, c.Hooks, c.Topics); err != nil {
 		return err
 	}
 	if c.MaxBatch <= 0 {
 		return fmt.Errorf("%w: %s: MaxBatch must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultMaxBatch)
-	}
-	for _, t := range c.Topics {
-		if err := txmsg.ValidateTopic(t); err != nil {
-			return fmt.Errorf("%w: %s: Topics: %w", txmsg.ErrInvalidConfig, what, err)
-		}
 	}
 	return validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue)
 }

@@ -74,12 +74,7 @@ type TransactionalConfig struct {
 func (c TransactionalConfig) WithDefaults() TransactionalConfig {
 	c.Conn = c.Conn.WithDefaults()
 	c.SendTimeout, c.Retries, c.MaxBodySize = sendDefaults(c.SendTimeout, c.Retries, c.MaxBodySize)
-	if c.CheckBackWorkers == 0 {
-		c.CheckBackWorkers = DefaultCheckBackWorkers
-	}
-	if c.CheckBackQueue == 0 {
-		c.CheckBackQueue = DefaultCheckBackQueue
-	}
+	c.CheckBackWorkers, c.CheckBackQueue = checkBackDefaults(c.CheckBackWorkers, c.CheckBackQueue)
 	if c.CheckBackCacheSize == 0 {
 		c.CheckBackCacheSize = DefaultCheckBackCacheSize
 	}
@@ -90,22 +85,11 @@ func (c TransactionalConfig) WithDefaults() TransactionalConfig {
 // [txmsg.ErrInvalidConfig] and names the field.
 func (c TransactionalConfig) Validate() error {
 	const what = "transactional producer"
-	if err := c.Conn.validate(what); err != nil {
+	if err := validateClient(what, &c.Conn, c.Group); err != nil {
 		return err
 	}
-	if err := validateGroup(what, c.Group); err != nil {
+	if err := validateProducer(what, c.SendTimeout, c.Retries, c.MaxBodySize, c.Hooks, c.Topics); err != nil {
 		return err
-	}
-	if err := validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize); err != nil {
-		return err
-	}
-	if err := validateHooks(what, c.Hooks); err != nil {
-		return err
-	}
-	for _, t := range c.Topics {
-		if err := txmsg.ValidateTopic(t); err != nil {
-			return fmt.Errorf("%w: %s: Topics: %w", txmsg.ErrInvalidConfig, what, err)
-		}
 	}
 	return validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue)
 }
