@@ -78,8 +78,6 @@ type checkBackLimits struct {
 	workers, queue int
 }
 
-// validateCheckBackLimits checks a producer config's defaulted
-// CheckBackWorkers and CheckBackQueue.
 // checkBackDefaults returns CheckBackWorkers and CheckBackQueue with the
 // zero ones set to their defaults.
 func checkBackDefaults(workers, queue int) (int, int) {
@@ -92,6 +90,8 @@ func checkBackDefaults(workers, queue int) (int, int) {
 	return workers, queue
 }
 
+// validateCheckBackLimits checks a producer config's defaulted
+// CheckBackWorkers and CheckBackQueue.
 func validateCheckBackLimits(what string, workers, queue int) error {
 	if workers <= 0 {
 		return fmt.Errorf("%w: %s: CheckBackWorkers must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultCheckBackWorkers)
