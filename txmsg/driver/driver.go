@@ -25,9 +25,9 @@
 // calls the inbox's HookBeforeHandle and HookConsumed hooks. A nil error
 // means the message may be acknowledged; an error means the broker must
 // deliver it again. A consumer must not let a panic escape into the
-// broker's client: Process returns a handler's panic as a
-// [*txmsg.PanicError], and a consumer recovers what else may panic (a
-// codec) the same way.
+// broker's client: Process returns a panic of the handler or the codec as
+// a [*txmsg.PanicError] (and reports that attempt to the hooks), and the
+// consumer recovers what else of its own may panic the same way.
 //
 // [Run] is the inbox step alone, for code that runs its own function
 // exactly once per (group, message ID) instead of a Route.
