@@ -2,7 +2,7 @@
 // internal/testbed/rmqproc); scripts/rocketmq.sh runs it for every verb but
 // fetch.
 //
-//	rmq [-cluster] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
+//	rmq [-cluster] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
 //
 //	start    start what is not running and wait until a message can be sent
 //	stop     stop what was started here (broker: that broker of the cluster only)
@@ -47,8 +47,9 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("rmq", flag.ContinueOnError)
 	cluster := fs.Bool("cluster", false, "act on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS)")
 	timeout := fs.Duration("ready-timeout", 120*time.Second, "how long start waits until RocketMQ takes messages")
+	root := fs.String("root", "", "repository root (default: found from the working directory)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
+		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the verb too (scripts/rocketmq.sh start --cluster).
@@ -78,6 +79,7 @@ func run(args []string) int {
 		return 2
 	}
 	cfg.ReadyTimeout = *timeout
+	cfg.Root = *root
 	cfg.Log = os.Stdout
 	in, err := rmqproc.New(cfg)
 	if err != nil {
