@@ -55,8 +55,11 @@ func alive(pid int) bool {
 		return true // no /proc: trust kill(0)
 	}
 	// pid (comm) S ...: the state follows the last ')'.
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		// A JVM's main thread turns zombie while its other threads are
+		// still exiting, holding the process's sockets.
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		return err == nil && len(tasks) > 1
 	}
 	return true
 }

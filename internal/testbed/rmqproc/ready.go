@@ -27,7 +27,9 @@ const ReadyTopic = "TXMSG_READY"
 // cluster) ready means more: the topic is created on every broker, the
 // name server routes it to each, and each takes a message. It retries
 // every second until ctx ends and then returns the last failure. Progress
-// goes to log (nil: none).
+// goes to log (nil: none). The probes are RocketMQ clients of this
+// process: install its client logger (adapters/txrmq/rmqlog) before the
+// first call, as before any other client.
 func WaitReady(ctx context.Context, nameServer string, brokers []Broker, log io.Writer) error {
 	return waitReady(ctx, nameServer, brokers, log, nil)
 }
