@@ -67,22 +67,21 @@ fetch() {
 	log "$(find "$lib" -name '*.jar' | wc -l) jars in $lib"
 }
 
-case ${1:-} in
-fetch)
-	(($# == 1)) || { echo "usage: $0 fetch" >&2; exit 2; }
-	fetch
-	;;
-start | stop | status | kill | pause | resume | owns | wipe | ready)
-	command -v go >/dev/null 2>&1 || die "this script runs ./internal/testbed/cmd/rmq: it needs Go ('go' on PATH)."
-	bin=$CACHE_ROOT/bin
-	mkdir -p "$bin"
-	(cd "$ROOT" && go build -o "$bin/rmq.$$" ./internal/testbed/cmd/rmq && mv -f "$bin/rmq.$$" "$bin/rmq") ||
-		die "could not build ./internal/testbed/cmd/rmq"
-	exec "$bin/rmq" -root "$ROOT" "$@"
-	;;
-*)
-	echo "usage: $0 start|stop|status|kill|pause|resume|owns|wipe|ready [--cluster] [broker-a|broker-b]" >&2
+usage() {
+	echo "usage: $0 [--cluster] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker-a|broker-b]" >&2
 	echo "       $0 fetch" >&2
 	exit 2
-	;;
-esac
+}
+
+(($#)) || usage
+if [[ $1 == fetch ]]; then
+	(($# == 1)) || usage
+	fetch
+	exit
+fi
+command -v go >/dev/null 2>&1 || die "this script runs ./internal/testbed/cmd/rmq: it needs Go ('go' on PATH)."
+bin=$CACHE_ROOT/bin
+mkdir -p "$bin"
+(cd "$ROOT" && go build -o "$bin/rmq.$$" ./internal/testbed/cmd/rmq && mv -f "$bin/rmq.$$" "$bin/rmq") ||
+	die "could not build ./internal/testbed/cmd/rmq"
+exec "$bin/rmq" -root "$ROOT" "$@"
