@@ -104,8 +104,8 @@ func TestChaosShort(t *testing.T) {
 	_ = os.RemoveAll(rep.Dir)
 }
 
-// servicesNotOwned says why the scripts cannot fault the broker or the
-// database, or "" when they started both.
+// servicesNotOwned says why the broker or the database cannot be faulted
+// (the test bed did not start them), or "".
 func servicesNotOwned(t *testing.T) string {
 	root, err := rmqproc.FindRoot()
 	if err != nil {
