@@ -107,7 +107,15 @@ type Config struct {
 // TXMSG_CLUSTER_BROKERS (default 127.0.0.1:29876 and
 // broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911); TXMSG_RMQ_VERSION,
 // TXMSG_CACHE, TXMSG_ROCKETMQ_MODE and TXMSG_RMQ_EXTRA_CONF.
+//
+// It fails when a variable that earlier versions read is set, naming what
+// replaced it, so that an old environment never picks other ports.
 func FromEnv(cluster bool) (Config, error) {
+	for _, r := range removedVars {
+		if _, set := os.LookupEnv(r[0]); set {
+			return Config{}, fmt.Errorf("%s is no longer read: %s (docs/testing.md, \"Environment variables\")", r[0], r[1])
+		}
+	}
 	cfg := Config{
 		Cache:     os.Getenv("TXMSG_CACHE"),
 		Version:   os.Getenv("TXMSG_RMQ_VERSION"),
@@ -127,6 +135,15 @@ func FromEnv(cluster bool) (Config, error) {
 		cfg.Brokers = []Broker{{"broker-a", envOr("TXMSG_BROKER", DefaultBroker)}}
 	}
 	return cfg, nil
+}
+
+// removedVars are variables earlier versions read, with what replaced them.
+var removedVars = [][2]string{
+	{"TXMSG_RMQ_BROKER_PORT", "set TXMSG_BROKER=127.0.0.1:<port> instead"},
+	{"TXMSG_CLUSTER_BROKER_PORTS", "set TXMSG_CLUSTER_BROKERS=broker-a=127.0.0.1:<port>,broker-b=127.0.0.1:<port> instead"},
+	{"TXMSG_RMQ_BROKERS", "use scripts/rocketmq.sh --cluster VERB (or a broker name) instead"},
+	{"TXMSG_RMQ_EXCLUSIVE", "unset it: an instance off the default ports never reuses a process it did not start"},
+	{"TXMSG_RMQ_READY_TIMEOUT", "use scripts/rocketmq.sh -ready-timeout D start instead"},
 }
 
 func envOr(k, def string) string {

@@ -152,3 +152,10 @@ func TestParseBrokers(t *testing.T) {
 		t.Error("an address without a name is not a broker")
 	}
 }
+
+func TestFromEnvRefusesRemovedVariables(t *testing.T) {
+	t.Setenv("TXMSG_RMQ_BROKER_PORT", "20911")
+	if _, err := FromEnv(false); err == nil || !strings.Contains(err.Error(), "TXMSG_BROKER=") {
+		t.Errorf("TXMSG_RMQ_BROKER_PORT set: %v", err)
+	}
+}
