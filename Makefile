@@ -88,16 +88,17 @@ test-compat:
 ## txmsg's own code is race-checked by make test.
 CLUSTER_NAMESRV ?= 127.0.0.1:29876
 CLUSTER_BROKER_PORTS ?= 30911,31911
-CLUSTER_ENV = TXMSG_RMQ_BROKERS=2 TXMSG_ROCKETMQ_MODE=jar TXMSG_CLUSTER_NAMESRV=$(CLUSTER_NAMESRV) TXMSG_CLUSTER_BROKER_PORTS=$(CLUSTER_BROKER_PORTS) \
+CLUSTER_ENV = TXMSG_CLUSTER_NAMESRV=$(CLUSTER_NAMESRV) \
 	TXMSG_CLUSTER_BROKERS=broker-a=127.0.0.1:$(word 1,$(subst $(comma), ,$(CLUSTER_BROKER_PORTS))),broker-b=127.0.0.1:$(word 2,$(subst $(comma), ,$(CLUSTER_BROKER_PORTS)))
 comma := ,
+RMQ_CLUSTER = $(CLUSTER_ENV) scripts/rocketmq.sh --cluster
 test-cluster: services-up
-	$(CLUSTER_ENV) scripts/rocketmq.sh stop
-	$(CLUSTER_ENV) scripts/rocketmq.sh wipe
-	$(CLUSTER_ENV) scripts/rocketmq.sh start
+	$(RMQ_CLUSTER) stop
+	$(RMQ_CLUSTER) wipe
+	$(RMQ_CLUSTER) start
 	status=0; $(CLUSTER_ENV) TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 15m \
 		./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
-	$(CLUSTER_ENV) scripts/rocketmq.sh stop; exit $$status
+	$(RMQ_CLUSTER) stop; exit $$status
 
 ## test-broker-faults: the tests that need a broker of their own, each on a private broker (ports and store
 ## of its own; the default-port broker is never touched), started and stopped here: a broker that is
@@ -106,9 +107,8 @@ test-cluster: services-up
 ## seconds, so a new consumer group gets "not found" for its start offset (TXMSG_EXPIRING_BROKER: the tests
 ## that call testbed.RunsOnExpiringBroker). With either set, the packages' other tests skip. About 3 min.
 ## Without -race, like test-cluster; -p 1: the restart tests of both packages kill the same broker. See docs/testing.md.
-RESTART_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:14876 TXMSG_RMQ_BROKER_PORT=15911 TXMSG_BROKER=127.0.0.1:15911
-EXPIRING_ENV = TXMSG_ROCKETMQ_MODE=jar TXMSG_NAMESRV=127.0.0.1:16876 TXMSG_RMQ_BROKER_PORT=17911 TXMSG_BROKER=127.0.0.1:17911 \
-	TXMSG_RMQ_EXTRA_CONF=scripts/rocketmq/expiring.conf
+RESTART_ENV = TXMSG_NAMESRV=127.0.0.1:14876 TXMSG_BROKER=127.0.0.1:15911
+EXPIRING_ENV = TXMSG_NAMESRV=127.0.0.1:16876 TXMSG_BROKER=127.0.0.1:17911 TXMSG_RMQ_EXTRA_CONF=scripts/rocketmq/expiring.conf
 test-broker-faults:
 	$(MYSQL_UP)
 	$(RESTART_ENV) scripts/rocketmq.sh stop
@@ -204,12 +204,12 @@ CHAOS_BIN := .cache/chaos/txchaos
 ifeq ($(CLUSTER),1)
 chaos:
 	$(MYSQL_UP)
-	$(CLUSTER_ENV) scripts/rocketmq.sh stop
-	$(CLUSTER_ENV) scripts/rocketmq.sh wipe
-	$(CLUSTER_ENV) scripts/rocketmq.sh start
+	$(RMQ_CLUSTER) stop
+	$(RMQ_CLUSTER) wipe
+	$(RMQ_CLUSTER) start
 	$(GO) build -o $(CHAOS_BIN) $(CHAOS_PKG)
 	status=0; $(CLUSTER_ENV) $(CHAOS_BIN) -cluster $(CHAOS_FLAGS) || status=$$?; \
-	$(CLUSTER_ENV) scripts/rocketmq.sh stop; exit $$status
+	$(RMQ_CLUSTER) stop; exit $$status
 else
 chaos: services-up
 	$(GO) build -o $(CHAOS_BIN) $(CHAOS_PKG)

@@ -3,8 +3,9 @@
 # turn, start a name server and broker of that version from Maven Central jars
 # on ports of their own, run txmsg's tests against them, stop them.
 #
-# The brokers run on the jar path of scripts/rocketmq.sh with
-# TXMSG_RMQ_EXCLUSIVE=1 and their own directories
+# The brokers run from the jars (scripts/rocketmq.sh, internal/testbed/rmqproc:
+# on other than the default ports an instance never reuses a process it did
+# not start) in their own directories
 # (.cache/rocketmq/<version>/ports-<namesrv>-<broker>/), each starting from an
 # empty store. A RocketMQ on the default ports (9876 / 10911) is never
 # started, stopped or used.
@@ -86,8 +87,7 @@ not_applicable() {
 }
 
 rmq() { # VERSION COMMAND
-	TXMSG_RMQ_VERSION=$1 TXMSG_NAMESRV=$NAMESRV TXMSG_RMQ_BROKER_PORT=$BROKER_PORT \
-		TXMSG_ROCKETMQ_MODE=jar TXMSG_RMQ_EXCLUSIVE=1 scripts/rocketmq.sh "$2"
+	TXMSG_RMQ_VERSION=$1 TXMSG_NAMESRV=$NAMESRV TXMSG_BROKER=127.0.0.1:$BROKER_PORT scripts/rocketmq.sh "$2"
 }
 
 current=""

@@ -57,11 +57,11 @@ func TestClusterRelayAndConsumerKeepGoingWithABrokerDown(t *testing.T) {
 	before := e.send(20, "before", withKeys)
 	require.Eventually(t, func() bool { return count(before) == len(before) }, time.Minute, 100*time.Millisecond)
 
-	testbed.ClusterScript(t, "kill", brokers[0].Name)
+	testbed.KillClusterBroker(t, brokers[0].Name)
 	during := e.send(40, "during", withKeys)
 	require.Eventually(t, func() bool { return count(during) == len(during) }, time.Minute, 100*time.Millisecond,
 		"events committed while %s was down were not all handled (%d of %d)", brokers[0].Name, count(during), len(during))
-	testbed.ClusterScript(t, "start", brokers[0].Name)
+	testbed.StartClusterBroker(t, brokers[0].Name)
 
 	after := e.send(20, "after", withKeys)
 	all := append(append(append([]string{}, before...), during...), after...)

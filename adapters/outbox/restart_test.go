@@ -65,11 +65,11 @@ func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
 	// next 500 ms tick; only then do they watch them.
 	time.Sleep(time.Second)
 
-	testbed.RocketMQScript(t, "kill")
+	testbed.KillBroker(t)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			testbed.RocketMQScript(t, "start")
+			testbed.StartBroker(t)
 		}
 	})
 
@@ -152,7 +152,7 @@ func TestBrokerRestartWaitingRowsGoOutAtOnce(t *testing.T) {
 	require.EqualValues(t, fixedKeys, signalled.stats().Sent, "nothing is published while the broker is down")
 	require.EqualValues(t, 5, capped.stats().Sent, "nothing is published while the broker is down")
 
-	testbed.RocketMQScript(t, "start")
+	testbed.StartBroker(t)
 	restarted = true
 	back := time.Now().UTC()
 

@@ -220,11 +220,11 @@ func TestClusterBrokerKillFailsOverAndLosesNothing(t *testing.T) {
 		}(w)
 	}
 	time.Sleep(2 * time.Second)
-	testbed.ClusterScript(t, "kill", brokers[0].Name)
+	testbed.KillClusterBroker(t, brokers[0].Name)
 	killed.Store(true)
 	require.Eventually(t, func() bool { return afterKill.Load() >= 20 }, 60*time.Second, 100*time.Millisecond,
 		"transactions did not fail over to %s", brokers[1].Name)
-	testbed.ClusterScript(t, "start", brokers[0].Name)
+	testbed.StartClusterBroker(t, brokers[0].Name)
 	time.Sleep(2 * time.Second)
 	stop()
 	wg.Wait()

@@ -119,11 +119,11 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string, early bool) {
 		time.Sleep(2 * time.Second)
 	}
 
-	testbed.RocketMQScript(t, "kill")
+	testbed.KillBroker(t)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			testbed.RocketMQScript(t, "start")
+			testbed.StartBroker(t)
 		}
 	})
 	pending, err := c.PendingRequests()
@@ -137,7 +137,7 @@ func testBrokerRestartPullsAgain(t *testing.T, kind string, early bool) {
 	require.NotEmpty(t, pending, "no pull was in flight when the broker died")
 	t.Logf("requests in flight at the kill: %v", pending)
 
-	testbed.RocketMQScript(t, "start")
+	testbed.StartBroker(t)
 	restarted = true
 
 	after := b.message(consumerEvent{N: 2})

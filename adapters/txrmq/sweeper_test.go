@@ -286,11 +286,11 @@ func TestBrokerRestartSweeperPullsAgainAtOnce(t *testing.T) {
 	after := txmsg.NewID()
 	runChild(t, e, "after-local-commit", after)
 
-	testbed.RocketMQScript(t, "kill")
+	testbed.KillBroker(t)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			testbed.RocketMQScript(t, "start")
+			testbed.StartBroker(t)
 		}
 	})
 	lost, err := clientPending()
@@ -301,7 +301,7 @@ func TestBrokerRestartSweeperPullsAgainAtOnce(t *testing.T) {
 		lostAtKill[o] = true
 	}
 	swept = spy.expect(after)
-	testbed.RocketMQScript(t, "start")
+	testbed.StartBroker(t)
 	restarted = true
 
 	var stillLost []int32

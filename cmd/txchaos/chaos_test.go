@@ -18,6 +18,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 )
 
 // TestMain lets the chaos run re-execute this test binary as its children.
@@ -72,7 +73,7 @@ func TestChaosShort(t *testing.T) {
 	cfg.Exe = os.Args[0]
 	cfg.Infra = os.Getenv(infraEnv) == "1"
 	if cfg.Infra {
-		if why := servicesNotOwned(); why != "" {
+		if why := servicesNotOwned(t); why != "" {
 			// A broker or database someone else started (docker, a shared
 			// dev server) is not ours to kill.
 			t.Logf("broker and database faults skipped: %s", why)
@@ -103,10 +104,10 @@ func TestChaosShort(t *testing.T) {
 	_ = os.RemoveAll(rep.Dir)
 }
 
-// servicesNotOwned says why the scripts cannot fault the broker or the
-// database, or "" when they started both.
-func servicesNotOwned() string {
-	root, err := findRoot()
+// servicesNotOwned says why the broker or the database cannot be faulted
+// (the test bed did not start them), or "".
+func servicesNotOwned(t *testing.T) string {
+	root, err := rmqproc.FindRoot()
 	if err != nil {
 		return err.Error()
 	}
@@ -114,10 +115,11 @@ func servicesNotOwned() string {
 	if cfg, err := mysql.ParseDSN(testbed.DSN()); err != nil || cfg.Addr != "127.0.0.1:"+testbed.MySQLPort() {
 		return "TXMSG_DSN names a server scripts/mysql.sh did not start"
 	}
-	for _, script := range []string{"rocketmq.sh", "mysql.sh"} {
-		if err := exec.Command(filepath.Join(root, "scripts", script), "owns").Run(); err != nil {
-			return "scripts/" + script + " did not start the running service"
-		}
+	if !testbed.LocalBroker(t).Owns("") {
+		return "the test bed did not start the running broker"
+	}
+	if err := exec.Command(filepath.Join(root, "scripts", "mysql.sh"), "owns").Run(); err != nil {
+		return "scripts/mysql.sh did not start the running database"
 	}
 	return ""
 }
@@ -135,16 +137,18 @@ func dialDSN(dsn string) error {
 }
 
 func restoreForNext(t *testing.T) {
-	root, err := findRoot()
+	root, err := rmqproc.FindRoot()
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	for _, step := range [][2]string{{"rocketmq.sh", "resume"}, {"rocketmq.sh", "start"}, {"mysql.sh", "start"}} {
-		out, err := exec.Command(filepath.Join(root, "scripts", step[0]), step[1]).CombinedOutput()
-		if err != nil && step[1] != "resume" {
-			t.Errorf("scripts/%s %s: %v\n%s", step[0], step[1], err, out)
-		}
+	rmq := testbed.LocalBroker(t)
+	_ = rmq.Resume("")
+	if err := rmq.Start(context.Background(), ""); err != nil {
+		t.Errorf("start the broker again: %v", err)
+	}
+	if out, err := exec.Command(filepath.Join(root, "scripts", "mysql.sh"), "start").CombinedOutput(); err != nil {
+		t.Errorf("scripts/mysql.sh start: %v\n%s", err, out)
 	}
 }
 

@@ -4,20 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -25,7 +24,7 @@ import (
 // the run directory.
 func (r *runner) prepare() error {
 	if r.cfg.Root == "" {
-		root, err := findRoot()
+		root, err := rmqproc.FindRoot()
 		if err != nil {
 			return err
 		}
@@ -59,26 +58,33 @@ func (r *runner) prepare() error {
 			return err
 		}
 	}
+	if r.cfg.Infra {
+		rmq, err := brokerProcs(r.cfg, &scriptLog{path: filepath.Join(r.dir, "logs", "scripts.log")})
+		if err != nil {
+			return err
+		}
+		r.rmq = rmq
+	}
 	return nil
 }
 
-// findRoot walks up from the working directory to the directory holding
-// scripts/rocketmq.sh.
-func findRoot() (string, error) {
-	dir, err := os.Getwd()
+// brokerProcs returns the RocketMQ processes the broker faults act on:
+// cfg's name server and broker, or the cluster's, with the version, cache
+// and mode of the environment (as scripts/rocketmq.sh has them).
+func brokerProcs(cfg config, log io.Writer) (*rmqproc.Instance, error) {
+	rc, err := rmqproc.FromEnv(cfg.Cluster)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "rocketmq.sh")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("cannot find scripts/rocketmq.sh above the working directory; pass -root")
-		}
-		dir = parent
+	rc.Root = cfg.Root
+	rc.NameServer = cfg.NameServer
+	rc.Log = log
+	if cfg.Cluster {
+		rc.Brokers = cfg.Brokers
+	} else {
+		rc.Brokers = []rmqproc.Broker{{Name: "broker-a", Addr: cfg.Broker}}
 	}
+	return rmqproc.New(rc)
 }
 
 // setup makes the run's database, tables and topics.
@@ -118,10 +124,6 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 	}
 
-	r.adm, err = admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{r.cfg.NameServer})))
-	if err != nil {
-		return fmt.Errorf("rocketmq admin: %w", err)
-	}
 	r.topics = map[string]string{}
 	for _, m := range modes {
 		name := "chaos_" + r.runID + "_" + m
@@ -134,34 +136,7 @@ func (r *runner) setup(ctx context.Context) error {
 }
 
 func (r *runner) createTopic(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	brokers := r.brokerAddrs()
-	for _, addr := range brokers {
-		err := r.adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(addr),
-			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4))
-		if err != nil {
-			return fmt.Errorf("create topic %s on %s: %w (start RocketMQ with scripts/rocketmq.sh start)", name, addr, err)
-		}
-	}
-	for {
-		mqs, err := r.adm.FetchPublishMessageQueues(ctx, name)
-		names := map[string]bool{}
-		for _, mq := range mqs {
-			names[mq.BrokerName] = true
-		}
-		if err == nil && len(names) >= len(brokers) {
-			return nil
-		}
-		if err == nil && len(names) > 0 {
-			return fmt.Errorf("topic %s is routed to %d of %d brokers after creation", name, len(names), len(brokers))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s has no route after creation: %v", name, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return testbed.CreateTopicOn(ctx, r.cfg.NameServer, r.brokerAddrs(), name, 4)
 }
 
 // teardown drops the run's database and topics unless keep.
@@ -176,16 +151,10 @@ func (r *runner) teardown(keep bool) {
 	if keep {
 		r.logf("kept database %s, topics %v and run directory %s", r.dbName, r.topics, r.dir)
 	}
-	if r.adm != nil {
-		if !keep {
-			for _, t := range r.topics {
-				for _, addr := range r.brokerAddrs() {
-					_ = r.adm.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr),
-						admin.WithNameSrvAddr([]string{r.cfg.NameServer}))
-				}
-			}
+	if !keep {
+		for _, t := range r.topics {
+			_ = testbed.DeleteTopicOn(ctx, r.cfg.NameServer, r.brokerAddrs(), t)
 		}
-		_ = r.adm.Close()
 	}
 	if r.adminDB != nil {
 		if !keep && r.dbName != "" {

@@ -143,14 +143,14 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 	case kindBrokerKill:
 		rec := faultRecord{Kind: kind, Start: time.Now()}
 		target := r.brokerTarget(odd)
-		if err := r.script(ctx, "rocketmq.sh", "kill", target...); err != nil {
+		if err := r.broker(ctx, "kill", target...); err != nil {
 			rec.Err = err.Error()
 			return rec
 		}
 		down := time.Duration(r.rng.Int64N(int64(2 * time.Second)))
 		rec.Detail = fmt.Sprintf("%s SIGKILLed, started again after %s", brokerLabel(target), down.Round(time.Millisecond))
 		sleep(ctx, down)
-		if err := r.retryScript(ctx, "rocketmq.sh", "start", target...); err != nil {
+		if err := r.retryBroker(ctx, "start", target...); err != nil {
 			rec.Err = err.Error()
 		}
 		rec.End = time.Now()
@@ -158,7 +158,7 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 	case kindBrokerOutage:
 		rec := faultRecord{Kind: kind, Start: time.Now()}
 		target := r.brokerTarget(odd)
-		if err := r.script(ctx, "rocketmq.sh", "kill", target...); err != nil {
+		if err := r.broker(ctx, "kill", target...); err != nil {
 			rec.Err = err.Error()
 			return rec
 		}
@@ -166,7 +166,7 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		rec.Detail = fmt.Sprintf("%s SIGKILLed, kept down for %s (relays: MaxAttempts %d × MaxBackoff %s)",
 			brokerLabel(target), down.Round(time.Millisecond), relayMaxAttempts, relayMaxBackoff)
 		sleep(ctx, down)
-		if err := r.retryScript(ctx, "rocketmq.sh", "start", target...); err != nil {
+		if err := r.retryBroker(ctx, "start", target...); err != nil {
 			rec.Err = err.Error()
 		}
 		rec.End = time.Now()
@@ -209,12 +209,12 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		pause := r.cfg.PauseMin + time.Duration(r.rng.Int64N(int64(r.cfg.PauseMax-r.cfg.PauseMin)+1))
 		target := r.brokerTarget(odd)
 		rec := faultRecord{Kind: kind, Detail: fmt.Sprintf("%s frozen for %s", brokerLabel(target), pause.Round(time.Millisecond)), Start: time.Now()}
-		if err := r.script(ctx, "rocketmq.sh", "pause", target...); err != nil {
+		if err := r.broker(ctx, "pause", target...); err != nil {
 			rec.Err = err.Error()
 			return rec
 		}
 		sleep(ctx, pause)
-		if err := r.script(context.WithoutCancel(ctx), "rocketmq.sh", "resume", target...); err != nil {
+		if err := r.broker(context.WithoutCancel(ctx), "resume", target...); err != nil {
 			rec.Err = err.Error()
 		}
 		rec.End = time.Now()
@@ -323,29 +323,82 @@ func brokerLabel(target []string) string {
 	return target[0]
 }
 
-// script runs scripts/<name> verb [args], logging its output to the run's
-// scripts.log. On the cluster, rocketmq.sh acts on the cluster's
-// processes only (TXMSG_RMQ_BROKERS=2).
+// script runs scripts/<name> verb [args] (mysql.sh), logging its output
+// to the run's scripts.log.
 func (r *runner) script(ctx context.Context, name, verb string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(r.cfg.Root, "scripts", name), append([]string{verb}, args...)...)
 	cmd.Dir = r.cfg.Root
-	cmd.Env = append(os.Environ(), "TXMSG_NAMESRV="+r.cfg.NameServer)
-	if r.cfg.Cluster {
-		cmd.Env = append(cmd.Env, "TXMSG_RMQ_BROKERS=2", "TXMSG_ROCKETMQ_MODE=jar", "TXMSG_CLUSTER_NAMESRV="+r.cfg.NameServer)
-	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err := cmd.Run()
-	if f, ferr := os.OpenFile(filepath.Join(r.dir, "logs", "scripts.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
-		fmt.Fprintf(f, "=== %s %s %s %v (%s, err %v)\n%s", start.UTC().Format(time.RFC3339Nano), name, verb, args, time.Since(start).Round(time.Millisecond), err, out.String())
-		_ = f.Close()
-	}
+	r.scriptLogf("=== %s %s %s %v (%s, err %v)\n%s", start.UTC().Format(time.RFC3339Nano), name, verb, args, time.Since(start).Round(time.Millisecond), err, out.String())
 	if err != nil {
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 		return fmt.Errorf("scripts/%s %s: %w: %s", name, strings.Join(append([]string{verb}, args...), " "), err, lines[len(lines)-1])
 	}
 	return nil
+}
+
+// broker runs verb (kill, start, pause or resume) on the broker of
+// target (none: the one broker, or every broker of the cluster) with
+// rmqproc, whose output goes to the run's scripts.log.
+func (r *runner) broker(ctx context.Context, verb string, target ...string) error {
+	if r.rmq == nil {
+		return fmt.Errorf("broker %s: broker faults need -infra", verb)
+	}
+	name := ""
+	if len(target) > 0 {
+		name = target[0]
+	}
+	start := time.Now()
+	r.scriptLogf("=== %s rmq %s %v\n", start.UTC().Format(time.RFC3339Nano), verb, target)
+	var err error
+	switch verb {
+	case "kill":
+		err = r.rmq.Kill(name)
+	case "start":
+		err = r.rmq.Start(ctx, name)
+	case "pause":
+		err = r.rmq.Pause(name)
+	case "resume":
+		err = r.rmq.Resume(name)
+	default:
+		err = fmt.Errorf("unknown verb %q", verb)
+	}
+	r.scriptLogf("=== rmq %s %v: %s, err %v\n", verb, target, time.Since(start).Round(time.Millisecond), err)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, brokerLabel(target), err)
+	}
+	return nil
+}
+
+// retryBroker runs broker verb until it succeeds, up to three times.
+func (r *runner) retryBroker(ctx context.Context, verb string, target ...string) error {
+	var err error
+	for range 3 {
+		if err = r.broker(context.WithoutCancel(ctx), verb, target...); err == nil {
+			return nil
+		}
+		sleep(ctx, 2*time.Second)
+	}
+	return err
+}
+
+func (r *runner) scriptLogf(format string, args ...any) {
+	fmt.Fprintf(&scriptLog{path: filepath.Join(r.dir, "logs", "scripts.log")}, format, args...)
+}
+
+// scriptLog appends each Write to the file at path.
+type scriptLog struct{ path string }
+
+func (l *scriptLog) Write(p []byte) (int, error) {
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Write(p)
 }
 
 // retryScript runs a start script until it succeeds, up to three times.
@@ -367,8 +420,8 @@ func (r *runner) restoreServices(ctx context.Context) error {
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	_ = r.script(ctx, "rocketmq.sh", "resume")
-	if err := r.retryScript(ctx, "rocketmq.sh", "start"); err != nil {
+	_ = r.broker(ctx, "resume")
+	if err := r.retryBroker(ctx, "start"); err != nil {
 		return err
 	}
 	if !r.touchesDB() {

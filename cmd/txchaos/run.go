@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 )
 
 // Log substrings the supervisor counts over all children.
@@ -43,8 +43,9 @@ type runner struct {
 	db      *gorm.DB
 	dbName  string
 	dsn     string
-	adm     admin.Admin
 	topics  map[string]string // mode → topic
+	// rmq runs the broker faults (Infra only).
+	rmq *rmqproc.Instance
 
 	sup        *supervisor
 	prodTx     *proc

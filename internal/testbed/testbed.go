@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -30,15 +31,16 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	gmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
 
-// Defaults match scripts/rocketmq.sh and scripts/mysql.sh.
+// Defaults match rmqproc (scripts/rocketmq.sh) and scripts/mysql.sh.
 const (
-	DefaultNameServer = "127.0.0.1:9876"
-	DefaultBroker     = "127.0.0.1:10911"
+	DefaultNameServer = rmqproc.DefaultNameServer
+	DefaultBroker     = rmqproc.DefaultBroker
 	DefaultDSN        = "txmsg:txmsg@tcp(127.0.0.1:13306)/txmsg_test?parseTime=true&loc=UTC&charset=utf8mb4"
 )
 
@@ -117,13 +119,12 @@ var (
 	adminClis = map[string]admin.Admin{}
 )
 
-// sharedAdmin returns one admin client per name server for the whole test
-// binary. Admin clients are never closed: closing one shuts down the
+// sharedAdmin returns one admin client per name server for the whole
+// process. Admin clients are never closed: closing one shuts down the
 // client it shares.
-func sharedAdmin() (admin.Admin, error) {
+func sharedAdmin(ns string) (admin.Admin, error) {
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	ns := NameServer()
 	if a, ok := adminClis[ns]; ok {
 		return a, nil
 	}
@@ -141,15 +142,16 @@ func sharedAdmin() (admin.Admin, error) {
 func ClusterNameServer() string { return os.Getenv("TXMSG_CLUSTER_NAMESRV") }
 
 // ClusterBroker is one broker of the cluster.
-type ClusterBroker struct{ Name, Addr string }
+type ClusterBroker = rmqproc.Broker
 
 // ClusterBrokers returns TXMSG_CLUSTER_BROKERS, name=host:port comma
-// separated (default broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911).
+// separated (default broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911);
+// entries that are not name=host:port are left out.
 func ClusterBrokers() []ClusterBroker {
 	var out []ClusterBroker
-	for _, part := range strings.Split(env("TXMSG_CLUSTER_BROKERS", "broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911"), ",") {
-		if name, addr, ok := strings.Cut(strings.TrimSpace(part), "="); ok {
-			out = append(out, ClusterBroker{name, addr})
+	for _, part := range strings.Split(env("TXMSG_CLUSTER_BROKERS", rmqproc.DefaultClusterBrokers), ",") {
+		if bs, err := rmqproc.ParseBrokers(part); err == nil {
+			out = append(out, bs...)
 		}
 	}
 	return out
@@ -178,7 +180,7 @@ func RequireCluster(t *testing.T) []ClusterBroker {
 	RequireBroker(t)
 	for _, b := range brokers {
 		if err := dial(b.Addr); err != nil {
-			t.Fatalf("cluster broker %s at %s is not reachable (%v); start the cluster with TXMSG_RMQ_BROKERS=2 scripts/rocketmq.sh start", b.Name, b.Addr, err)
+			t.Fatalf("cluster broker %s at %s is not reachable (%v); start the cluster with scripts/rocketmq.sh start --cluster", b.Name, b.Addr, err)
 		}
 	}
 	return brokers
@@ -232,13 +234,19 @@ func Topic(t testing.TB) string {
 // cluster, see [RequireCluster]) and waits until the name server returns a
 // route for it to each of them.
 func CreateTopic(ctx context.Context, topic string, queues int) error {
-	adm, err := sharedAdmin()
+	return CreateTopicOn(ctx, NameServer(), topicBrokers(), topic, queues)
+}
+
+// CreateTopicOn creates topic with queues read and write queues on each
+// broker of brokers (addresses) and waits up to 30 s until the name server
+// ns routes it to as many brokers.
+func CreateTopicOn(ctx context.Context, ns string, brokers []string, topic string, queues int) error {
+	adm, err := sharedAdmin(ns)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	brokers := topicBrokers()
 	for _, addr := range brokers {
 		err = adm.CreateTopic(ctx,
 			admin.WithTopicCreate(topic),
@@ -246,7 +254,7 @@ func CreateTopic(ctx context.Context, topic string, queues int) error {
 			admin.WithReadQueueNums(queues),
 			admin.WithWriteQueueNums(queues))
 		if err != nil {
-			return fmt.Errorf("create topic %s on %s: %w", topic, addr, err)
+			return fmt.Errorf("create topic %s on %s: %w (is RocketMQ running? scripts/rocketmq.sh start)", topic, addr, err)
 		}
 	}
 	for {
@@ -268,6 +276,23 @@ func CreateTopic(ctx context.Context, topic string, queues int) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// DeleteTopicOn deletes topic from each broker of brokers (addresses) and
+// from the name server ns.
+func DeleteTopicOn(ctx context.Context, ns string, brokers []string, topic string) error {
+	adm, err := sharedAdmin(ns)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, addr := range brokers {
+		if err := adm.DeleteTopic(ctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(addr),
+			admin.WithNameSrvAddr([]string{ns})); err != nil {
+			errs = append(errs, fmt.Errorf("delete topic %s on %s: %w", topic, addr, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // DefaultsEnv names the environment variable that makes every test

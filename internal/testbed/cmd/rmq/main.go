@@ -1,0 +1,134 @@
+// Command rmq runs the RocketMQ processes of the txmsg test bed (package
+// internal/testbed/rmqproc); scripts/rocketmq.sh runs it for every verb but
+// fetch.
+//
+//	rmq [-cluster] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
+//
+//	start    start what is not running and wait until a message can be sent
+//	stop     stop what was started here (broker: that broker of the cluster only)
+//	status   print running / not running per process (exit 3 when one is not)
+//	kill     SIGKILL the broker (a crash; the name server stays up); start brings it back
+//	pause    SIGSTOP the broker (it holds connections but answers nothing)
+//	resume   SIGCONT the broker
+//	owns     exit 0 when the running broker was started here (so kill, pause
+//	         and resume can act on it), else 1
+//	wipe     delete the store and logs of a stopped instance
+//	ready    only wait until the name server routes a message (to every
+//	         broker with -cluster)
+//
+// The single form reads TXMSG_NAMESRV and TXMSG_BROKER; -cluster (or a
+// broker name) the two-broker cluster of TXMSG_CLUSTER_NAMESRV and
+// TXMSG_CLUSTER_BROKERS. Both read TXMSG_RMQ_VERSION, TXMSG_CACHE,
+// TXMSG_ROCKETMQ_MODE and TXMSG_RMQ_EXTRA_CONF (see docs/testing.md).
+//
+// Exit status: 0 done, 1 failed (owns: not owned), 2 bad usage, 3 status
+// found a process not running.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("rmq", flag.ContinueOnError)
+	cluster := fs.Bool("cluster", false, "act on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS)")
+	timeout := fs.Duration("ready-timeout", 120*time.Second, "how long start waits until RocketMQ takes messages")
+	root := fs.String("root", "", "repository root (default: found from the working directory)")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
+		fs.PrintDefaults()
+	}
+	// Flags may come after the verb too (scripts/rocketmq.sh start --cluster).
+	var rest []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(rest) < 1 || len(rest) > 2 {
+		fs.Usage()
+		return 2
+	}
+	verb, broker := rest[0], ""
+	if len(rest) == 2 {
+		broker = rest[1]
+		*cluster = true // a broker name is for the cluster
+	}
+	cfg, err := rmqproc.FromEnv(*cluster)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmq:", err)
+		return 2
+	}
+	cfg.ReadyTimeout = *timeout
+	cfg.Root = *root
+	cfg.Log = os.Stdout
+	in, err := rmqproc.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmq:", err)
+		return 2
+	}
+	// The readiness probe's client logs errors only.
+	rmqlog.Install(slog.New(slog.NewTextHandler(os.Stderr, nil)), slog.LevelError)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch verb {
+	case "start":
+		err = in.Start(ctx, broker)
+	case "stop":
+		err = in.Stop(broker)
+	case "status":
+		err = in.Status(broker)
+		if errors.Is(err, rmqproc.ErrNotRunning) {
+			return 3
+		}
+	case "kill":
+		err = in.Kill(broker)
+	case "pause":
+		err = in.Pause(broker)
+	case "resume":
+		err = in.Resume(broker)
+	case "owns":
+		if !in.Owns(broker) {
+			return 1
+		}
+	case "wipe":
+		err = in.Wipe(broker)
+	case "ready":
+		c := in.Config()
+		var brokers []rmqproc.Broker
+		if c.Cluster {
+			brokers = c.Brokers
+		}
+		rctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		err = rmqproc.WaitReady(rctx, c.NameServer, brokers, os.Stdout)
+	default:
+		fmt.Fprintf(os.Stderr, "rmq: unknown verb %q\n", verb)
+		fs.Usage()
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmq:", strings.TrimSpace(err.Error()))
+		return 1
+	}
+	return 0
+}

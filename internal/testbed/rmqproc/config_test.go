@@ -1,0 +1,161 @@
+package rmqproc
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func newTest(t *testing.T, cfg Config) (*Instance, error) {
+	t.Helper()
+	if cfg.Cache == "" {
+		cfg.Cache = t.TempDir()
+	}
+	cfg.Log = io.Discard
+	return New(cfg)
+}
+
+func TestConfigChecks(t *testing.T) {
+	t.Parallel()
+	single := func(ns, broker string) Config {
+		return Config{NameServer: ns, Brokers: []Broker{{"broker-a", broker}}}
+	}
+	cluster := func(ns, brokers string) Config {
+		bs, err := ParseBrokers(brokers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Config{NameServer: ns, Brokers: bs, Cluster: true}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		err  string // "" when valid
+	}{
+		{"default", single(DefaultNameServer, DefaultBroker), ""},
+		{"own ports", single("127.0.0.1:19876", "127.0.0.1:20911"), ""},
+		{"name server on the broker's fast port", single("127.0.0.1:20909", "127.0.0.1:20911"), "collides"},
+		{"name server on the broker's HA port", single("127.0.0.1:20912", "127.0.0.1:20911"), "collides"},
+		{"not host:port", single("127.0.0.1", DefaultBroker), "host:port"},
+		{"broker port too low", single(DefaultNameServer, "127.0.0.1:2"), "between 3"},
+		{"bad version", Config{NameServer: DefaultNameServer, Brokers: []Broker{{"b", DefaultBroker}}, Version: "5.3"}, "4.9.7"},
+		{"bad mode", Config{NameServer: DefaultNameServer, Brokers: []Broker{{"b", DefaultBroker}}, Mode: "podman"}, "auto, docker or jar"},
+		{"cluster default", cluster(DefaultClusterNameServer, DefaultClusterBrokers), ""},
+		{"cluster of one", cluster(DefaultClusterNameServer, "broker-a=127.0.0.1:30911"), "two brokers"},
+		{"cluster brokers too close", cluster(DefaultClusterNameServer, "broker-a=127.0.0.1:30911,broker-b=127.0.0.1:30914"), "at least 4 apart"},
+		{"cluster on the default broker", cluster(DefaultClusterNameServer, "broker-a=127.0.0.1:10912,broker-b=127.0.0.1:31911"), "default broker"},
+		{"cluster on the default name server", cluster(DefaultNameServer, DefaultClusterBrokers), "default name server"},
+		{"cluster twice the same name", cluster(DefaultClusterNameServer, "broker-a=127.0.0.1:30911,broker-a=127.0.0.1:31911"), "two brokers named"},
+		{"cluster with Docker", func() Config {
+			c := cluster(DefaultClusterNameServer, DefaultClusterBrokers)
+			c.Mode = ModeDocker
+			return c
+		}(), "jars"},
+		{"missing extra conf", func() Config {
+			c := single(DefaultNameServer, DefaultBroker)
+			c.ExtraConf = "/nonexistent.conf"
+			return c
+		}(), "TXMSG_RMQ_EXTRA_CONF"},
+	} {
+		_, err := newTest(t, tc.cfg)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: got error %v, want one containing %q", tc.name, err, tc.err)
+		}
+	}
+}
+
+// TestInstanceDirs pins the directory layout: pid files of instances that
+// are running stay where earlier versions of the test bed wrote them.
+func TestInstanceDirs(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	vdir := func(parts ...string) string {
+		return filepath.Join(append([]string{cache, "rocketmq", "5.3.3"}, parts...)...)
+	}
+	in, err := newTest(t, Config{Cache: cache, Version: "5.3.3", NameServer: DefaultNameServer, Brokers: []Broker{{"x", DefaultBroker}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Dir() != vdir() || in.brokers[0].pidFile() != vdir("broker.pid") || in.brokers[0].brokerName != "broker-a" {
+		t.Errorf("default ports: dir %s, broker pid file %s, brokerName %s", in.Dir(), in.brokers[0].pidFile(), in.brokers[0].brokerName)
+	}
+	if !in.defaultPorts() || in.exclusive() {
+		t.Error("the default ports reuse a running broker")
+	}
+	in, err = newTest(t, Config{Cache: cache, Version: "5.3.3", NameServer: "127.0.0.1:14876", Brokers: []Broker{{"x", "127.0.0.1:15911"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Dir() != vdir("ports-14876-15911") || !in.exclusive() {
+		t.Errorf("own ports: dir %s, exclusive %v", in.Dir(), in.exclusive())
+	}
+	if m, err := in.mode(); err != nil || m != ModeJar {
+		t.Errorf("own ports run from the jars; mode %q, %v", m, err)
+	}
+	bs, _ := ParseBrokers(DefaultClusterBrokers)
+	in, err = newTest(t, Config{Cache: cache, Version: "5.3.3", NameServer: DefaultClusterNameServer, Brokers: bs, Cluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Dir() != vdir("cluster-29876") || in.ns.pidFile() != vdir("cluster-29876", "namesrv.pid") ||
+		in.brokers[1].pidFile() != vdir("cluster-29876", "broker-b", "broker.pid") || in.brokers[1].brokerName != "broker-b" {
+		t.Errorf("cluster: dir %s, broker-b pid file %s", in.Dir(), in.brokers[1].pidFile())
+	}
+	if err := in.Kill(""); err == nil || !strings.Contains(err.Error(), "broker name") {
+		t.Errorf("kill without a broker name in the cluster form: %v", err)
+	}
+	if _, err := in.targets("broker-c"); err == nil {
+		t.Error("broker-c is not a broker of the cluster")
+	}
+}
+
+func TestFilterConf(t *testing.T) {
+	t.Parallel()
+	in := &Instance{cfg: Config{Version: "4.3.2"}}
+	out, dropped := in.filterConf([]string{
+		"# a comment",
+		"brokerName=broker-a",
+		"mappedFileSizeCommitLog=1048576",
+		"transactionOpBatchInterval=100",
+		"",
+	}, []string{"brokerName", "mapedFileSizeCommitLog"})
+	want := []string{
+		"# a comment",
+		"brokerName=broker-a",
+		"# spelt mapedFileSizeCommitLog in RocketMQ 4.3.2:",
+		"mapedFileSizeCommitLog=1048576",
+		"# not a setting of RocketMQ 4.3.2, left out: transactionOpBatchInterval=100",
+		"",
+	}
+	if strings.Join(out, "\n") != strings.Join(want, "\n") {
+		t.Errorf("filtered:\n%s\nwant:\n%s", strings.Join(out, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Join(dropped, ",") != "transactionOpBatchInterval" {
+		t.Errorf("dropped %v", dropped)
+	}
+	if out, dropped := in.filterConf([]string{"anything=1"}, nil); len(out) != 1 || dropped != nil {
+		t.Error("without the version's keys every setting stays")
+	}
+}
+
+func TestParseBrokers(t *testing.T) {
+	t.Parallel()
+	bs, err := ParseBrokers("broker-a=127.0.0.1:30911, broker-b=127.0.0.1:31911")
+	if err != nil || len(bs) != 2 || bs[1] != (Broker{"broker-b", "127.0.0.1:31911"}) {
+		t.Errorf("got %v, %v", bs, err)
+	}
+	if _, err := ParseBrokers("127.0.0.1:30911"); err == nil {
+		t.Error("an address without a name is not a broker")
+	}
+}
+
+func TestFromEnvRefusesRemovedVariables(t *testing.T) {
+	t.Setenv("TXMSG_RMQ_BROKER_PORT", "20911")
+	if _, err := FromEnv(false); err == nil || !strings.Contains(err.Error(), "TXMSG_BROKER=") {
+		t.Errorf("TXMSG_RMQ_BROKER_PORT set: %v", err)
+	}
+}
