@@ -28,10 +28,14 @@ type topicLag struct {
 	Err      string
 }
 
+// groupLag is one group's lag on a topic. Only a group with committed
+// offsets can lag: one that never committed any (no consumer of it ever
+// consumed the topic, or an observer that only looked) is shown as such,
+// not in amber.
 type groupLag struct {
 	Group     string
-	Lag       int64
-	Committed bool // the group has committed offsets
+	Lag       int64 // messages past the committed offsets; meaningful when Committed
+	Committed bool  // the group has committed offsets on some queue of the topic
 	Err       string
 }
 
