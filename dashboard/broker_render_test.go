@@ -50,3 +50,42 @@ func TestBrokerGroupWithoutOffsetsIsNotLagging(t *testing.T) {
 	caughtUp := lagCellOf(t, page, "shipping")
 	require.NotContains(t, caughtUp, "warn")
 }
+
+// TestLongNamesWrapAtSeparators: long topic, group and relay names wrap
+// after their separators (a <wbr> after "_", "-", ".", ":" and "%"), never
+// in the middle of a word, and carry their whole name as a tooltip.
+func TestLongNamesWrapAtSeparators(t *testing.T) {
+	const topic = "orders_service_payment_settled_events_v2_eu-west-1"
+	const group = "GID_orders-service.settlement%reconciler"
+	page := renderPage(t, "broker", &brokerData{Topics: []topicLag{{
+		Topic: topic, Queues: 4, Groups: []groupLag{{Group: group, Committed: true}},
+	}}})
+	require.Contains(t, page, `<td class="name" title="`+topic+`">orders_<wbr>service_<wbr>payment_<wbr>settled_<wbr>events_<wbr>v2_<wbr>eu-<wbr>west-<wbr>1</td>`)
+	require.Contains(t, page, `<td class="name" title="`+group+`">GID_<wbr>orders-<wbr>service.<wbr>settlement%<wbr>reconciler</td>`)
+
+	page = renderPage(t, "overview", &overviewData{
+		Groups: []groupView{{Group: group, Handled: 3}},
+		Relays: []relayView{{Name: "relay-orders-service-7f9c4d-abcde"}},
+	})
+	require.Contains(t, page, `<td class="name" title="`+group+`">GID_<wbr>orders-<wbr>service.<wbr>settlement%<wbr>reconciler</td>`)
+	require.Contains(t, page, `<td class="name" title="relay-orders-service-7f9c4d-abcde">relay-<wbr>orders-<wbr>service-<wbr>7f9c4d-<wbr>abcde</td>`)
+
+	// A name is escaped as text: markup in it is not markup.
+	page = renderPage(t, "broker", &brokerData{Topics: []topicLag{{Topic: "a_<b>", Err: "x"}}})
+	require.Contains(t, page, `a_<wbr>&lt;b&gt;`)
+}
+
+// TestNameCellsDoNotBreakWords: the stylesheet lets name cells wrap only
+// at their break points (overflow-wrap: break-word, not anywhere), after
+// the rule that keeps first columns on one line.
+func TestNameCellsDoNotBreakWords(t *testing.T) {
+	css, err := staticFS.ReadFile("static/app.css")
+	require.NoError(t, err)
+	s := string(css)
+	rule := regexp.MustCompile(`td\.name\s*\{([^}]*)\}`).FindStringSubmatchIndex(s)
+	require.NotNil(t, rule, "no td.name rule in app.css")
+	body := s[rule[2]:rule[3]]
+	require.Contains(t, body, "white-space:normal")
+	require.Contains(t, body, "overflow-wrap:break-word")
+	require.Greater(t, rule[0], regexp.MustCompile(`td:first-child`).FindStringIndex(s)[0])
+}

@@ -54,7 +54,10 @@ func TestRequeueAndReplayReachTheBroker(t *testing.T) {
 	require.Contains(t, logs, `"who":"alice@`)
 }
 
-var lagCell = regexp.MustCompile(`data-group="([^"]+)">\s*<td>[^<]*</td><td class="n">[^<]*</td><td class="n">[^<]*</td>\s*<td>[^<]*</td>\s*<td class="n lag[^"]*">(\d+)`)
+// nameCell is a name cell: its text may hold <wbr> break points.
+const nameCell = `<td class="name"[^>]*>(?:[^<]|<wbr>)*</td>`
+
+var lagCell = regexp.MustCompile(`data-group="([^"]+)">\s*` + nameCell + `<td class="n">[^<]*</td><td class="n">[^<]*</td>\s*` + nameCell + `\s*<td class="n lag[^"]*">(\d+)`)
 
 // TestBrokerPageAndLookupOnTheBroker: the broker page reports the bed's
 // consumer group on its topic with a lag that drops to zero once the
@@ -112,7 +115,7 @@ func TestBrokerPageCountsMessages(t *testing.T) {
 	c := client(t)
 	require.Eventually(t, func() bool {
 		page := get(t, c, b.URL+"broker")
-		re := regexp.MustCompile(regexp.QuoteMeta(b.Topic) + `</td><td class="n">(\d+)</td><td class="n">(\d+)</td>`)
+		re := regexp.MustCompile(`title="` + regexp.QuoteMeta(b.Topic) + `">(?:[^<]|<wbr>)*</td><td class="n">(\d+)</td><td class="n">(\d+)</td>`)
 		m := re.FindStringSubmatch(page.body)
 		return m != nil && m[1] == "4" && m[2] == "5"
 	}, 60*time.Second, time.Second, "the broker page never counted 5 messages on 4 queues")
@@ -120,7 +123,7 @@ func TestBrokerPageCountsMessages(t *testing.T) {
 
 // relayRow is the overview's row of one relay: name, buckets, lease end,
 // last lease round.
-var relayRow = regexp.MustCompile(`<tr class="relay" data-relay="([^"]+)"><td>[^<]*</td><td>(\d+):[^<]*</td><td>[^<]*</td><td>(.*?)</td></tr>`)
+var relayRow = regexp.MustCompile(`<tr class="relay" data-relay="([^"]+)">` + nameCell + `<td>(\d+):[^<]*</td><td>[^<]*</td><td>(.*?)</td></tr>`)
 
 // TestOverviewShowsTheRelays: the overview lists the bed's running relay
 // with every bucket of the outbox and its last lease round from the relay
