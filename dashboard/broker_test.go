@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
+	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -146,4 +149,57 @@ func TestOverviewShowsTheRelays(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond, "the overview never showed relay %s with the 8 buckets", b.Relay)
 	require.NotEmpty(t, m[3], "no last lease round")
 	require.NotContains(t, m[3], "not in the relay table")
+}
+
+// groupRow returns group's row of the broker page's lag table, or "".
+func groupRow(page, group string) string {
+	m := regexp.MustCompile(`(?s)<tr data-topic="[^"]*" data-group="` + regexp.QuoteMeta(group) + `">.*?</tr>`).FindString(page)
+	return m
+}
+
+// TestBrokerPageShowsGroupsOnline: the broker page says whether each
+// consumer group has a consumer connected to the broker: the bed's
+// running consumer is online; a second group that consumed the topic,
+// committed its offsets and stopped is offline, its committed offsets
+// still listed.
+func TestBrokerPageShowsGroupsOnline(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	ctx := context.Background()
+	other := testbed.Name(t, "dcg2")
+	route := txmsg.Handle(txmsg.Topic[dashtest.Event]{Name: b.Topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[dashtest.Event]) error {
+		return nil
+	})
+	cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: other, RetryDelayLevel: 1,
+	})
+	require.NoError(t, err)
+	require.NoError(t, cons.Start(ctx))
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = cons.Close(context.Background())
+		}
+	})
+	id := b.PendingRow("order-online", dashtest.Event{Order: "o-on", Qty: 1})
+	require.True(t, b.WaitHandled(other, id, 90*time.Second), "group %s never handled %s", other, id)
+	c := client(t)
+
+	// Both groups online, and the second one's offsets committed.
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL+"broker")
+		mine, theirs := groupRow(page.body, b.Group), groupRow(page.body, other)
+		return strings.Contains(mine, `class="consumers online"`) && strings.Contains(theirs, `class="consumers online"`) &&
+			regexp.MustCompile(`<td class="n lag[^"]*">\d+</td>`).MatchString(theirs)
+	}, 90*time.Second, time.Second, "the broker page never showed both groups online with offsets")
+
+	require.NoError(t, cons.Close(ctx))
+	closed = true
+	var theirs string
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL+"broker")
+		theirs = groupRow(page.body, other)
+		return strings.Contains(theirs, `class="consumers offline"`) &&
+			strings.Contains(groupRow(page.body, b.Group), `class="consumers online"`)
+	}, 90*time.Second, time.Second, "the broker page never showed group %s offline: %s", other, theirs)
 }
