@@ -28,11 +28,20 @@ type topicLag struct {
 	Err      string
 }
 
+// groupLag is one group's lag on a topic. Only a group with committed
+// offsets can lag: one that never committed any (no consumer of it ever
+// consumed the topic, or an observer that only looked) is shown as such,
+// not in amber.
 type groupLag struct {
 	Group     string
-	Lag       int64
-	Committed bool // the group has committed offsets
+	Lag       int64 // messages past the committed offsets; meaningful when Committed
+	Committed bool  // the group has committed offsets on some queue of the topic
 	Err       string
+	// Clients is how many consumers of the group the brokers of the
+	// topic have connected (the most any one broker reports); ClientsErr
+	// says why a broker did not tell.
+	Clients    int
+	ClientsErr string
 }
 
 type checkMaxView struct {
@@ -102,11 +111,13 @@ func (d *Dashboard) topicLag(ctx context.Context, topic string) topicLag {
 	}
 	groups := map[string]bool{}
 	asked := map[string]bool{}
+	var addrs []string
 	for _, q := range route.Queues {
 		if asked[q.Addr] {
 			continue
 		}
 		asked[q.Addr] = true
+		addrs = append(addrs, q.Addr)
 		gs, err := d.rmq.ConsumedBy(ctx, q.Addr, topic)
 		if err != nil {
 			tl.Err = err.Error()
@@ -130,6 +141,14 @@ func (d *Dashboard) topicLag(ctx context.Context, topic string) topicLag {
 			}
 			gl.Committed = true
 			gl.Lag += max(maxes[i]-off, 0)
+		}
+		for _, addr := range addrs {
+			n, err := d.rmq.Connections(ctx, addr, g)
+			if err != nil {
+				gl.ClientsErr = err.Error()
+				continue
+			}
+			gl.Clients = max(gl.Clients, n)
 		}
 		tl.Groups = append(tl.Groups, gl)
 	}

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
+	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
+	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -54,7 +57,10 @@ func TestRequeueAndReplayReachTheBroker(t *testing.T) {
 	require.Contains(t, logs, `"who":"alice@`)
 }
 
-var lagCell = regexp.MustCompile(`data-group="([^"]+)">\s*<td>[^<]*</td><td class="n">[^<]*</td><td class="n">[^<]*</td>\s*<td>[^<]*</td>\s*<td class="n lag[^"]*">(\d+)`)
+// nameCell is a name cell: its text may hold <wbr> break points.
+const nameCell = `<td class="name"[^>]*>(?:[^<]|<wbr>)*</td>`
+
+var lagCell = regexp.MustCompile(`data-group="([^"]+)">\s*` + nameCell + `<td class="n">[^<]*</td><td class="n">[^<]*</td>\s*` + nameCell + `\s*<td class="n lag[^"]*">(\d+)`)
 
 // TestBrokerPageAndLookupOnTheBroker: the broker page reports the bed's
 // consumer group on its topic with a lag that drops to zero once the
@@ -112,7 +118,7 @@ func TestBrokerPageCountsMessages(t *testing.T) {
 	c := client(t)
 	require.Eventually(t, func() bool {
 		page := get(t, c, b.URL+"broker")
-		re := regexp.MustCompile(regexp.QuoteMeta(b.Topic) + `</td><td class="n">(\d+)</td><td class="n">(\d+)</td>`)
+		re := regexp.MustCompile(`title="` + regexp.QuoteMeta(b.Topic) + `">(?:[^<]|<wbr>)*</td><td class="n">(\d+)</td><td class="n">(\d+)</td>`)
 		m := re.FindStringSubmatch(page.body)
 		return m != nil && m[1] == "4" && m[2] == "5"
 	}, 60*time.Second, time.Second, "the broker page never counted 5 messages on 4 queues")
@@ -120,7 +126,7 @@ func TestBrokerPageCountsMessages(t *testing.T) {
 
 // relayRow is the overview's row of one relay: name, buckets, lease end,
 // last lease round.
-var relayRow = regexp.MustCompile(`<tr class="relay" data-relay="([^"]+)"><td>[^<]*</td><td>(\d+):[^<]*</td><td>[^<]*</td><td>(.*?)</td></tr>`)
+var relayRow = regexp.MustCompile(`<tr class="relay" data-relay="([^"]+)">` + nameCell + `<td>(\d+):[^<]*</td><td>[^<]*</td><td>(.*?)</td></tr>`)
 
 // TestOverviewShowsTheRelays: the overview lists the bed's running relay
 // with every bucket of the outbox and its last lease round from the relay
@@ -143,4 +149,57 @@ func TestOverviewShowsTheRelays(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond, "the overview never showed relay %s with the 8 buckets", b.Relay)
 	require.NotEmpty(t, m[3], "no last lease round")
 	require.NotContains(t, m[3], "not in the relay table")
+}
+
+// groupRow returns group's row of the broker page's lag table, or "".
+func groupRow(page, group string) string {
+	m := regexp.MustCompile(`(?s)<tr data-topic="[^"]*" data-group="` + regexp.QuoteMeta(group) + `">.*?</tr>`).FindString(page)
+	return m
+}
+
+// TestBrokerPageShowsGroupsOnline: the broker page says whether each
+// consumer group has a consumer connected to the broker: the bed's
+// running consumer is online; a second group that consumed the topic,
+// committed its offsets and stopped is offline, its committed offsets
+// still listed.
+func TestBrokerPageShowsGroupsOnline(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	ctx := context.Background()
+	other := testbed.Name(t, "dcg2")
+	route := txmsg.Handle(txmsg.Topic[dashtest.Event]{Name: b.Topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[dashtest.Event]) error {
+		return nil
+	})
+	cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: other, RetryDelayLevel: 1,
+	})
+	require.NoError(t, err)
+	require.NoError(t, cons.Start(ctx))
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = cons.Close(context.Background())
+		}
+	})
+	id := b.PendingRow("order-online", dashtest.Event{Order: "o-on", Qty: 1})
+	require.True(t, b.WaitHandled(other, id, 90*time.Second), "group %s never handled %s", other, id)
+	c := client(t)
+
+	// Both groups online, and the second one's offsets committed.
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL+"broker")
+		mine, theirs := groupRow(page.body, b.Group), groupRow(page.body, other)
+		return strings.Contains(mine, `class="consumers online"`) && strings.Contains(theirs, `class="consumers online"`) &&
+			regexp.MustCompile(`<td class="n lag[^"]*">\d+</td>`).MatchString(theirs)
+	}, 90*time.Second, time.Second, "the broker page never showed both groups online with offsets")
+
+	require.NoError(t, cons.Close(ctx))
+	closed = true
+	var theirs string
+	require.Eventually(t, func() bool {
+		page := get(t, c, b.URL+"broker")
+		theirs = groupRow(page.body, other)
+		return strings.Contains(theirs, `class="consumers offline"`) &&
+			strings.Contains(groupRow(page.body, b.Group), `class="consumers online"`)
+	}, 90*time.Second, time.Second, "the broker page never showed group %s offline: %s", other, theirs)
 }

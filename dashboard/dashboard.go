@@ -7,7 +7,8 @@
 // components given in [Config.Health], and a chart of the last hour), the
 // outbox's parked and pending rows, the messages consumers parked, a lookup
 // of one transaction by txmsg ID or message key, and, with name servers
-// configured, consumer lag per topic on the broker.
+// configured, consumer lag per topic on the broker and whether each
+// consumer group is online.
 //
 // The dashboard is read-only unless [Config.AllowActions] is set, which
 // needs a [Config.Token]. With a token every page asks for it (an

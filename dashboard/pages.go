@@ -25,12 +25,17 @@ type overviewData struct {
 	Relays      []relayView
 	FreeBuckets []int
 	LeaseErr    string
-	Barrier     map[string]int64
-	BarrierErr  string
-	Groups      []groupView
-	GroupsErr   string
-	Health      []healthView
-	Chart       chartView
+	// IdleFor, when set, is how long no relay has held a bucket or run a
+	// lease round, at least outboxIdleAfter, with no row pending: the
+	// outbox mode is unused, and its lease rows are left from an earlier
+	// run rather than a sign of trouble.
+	IdleFor    time.Duration
+	Barrier    map[string]int64
+	BarrierErr string
+	Groups     []groupView
+	GroupsErr  string
+	Health     []healthView
+	Chart      chartView
 }
 
 type relayView struct {
@@ -58,6 +63,7 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 	data := &overviewData{OutboxTable: d.ob.Table(), Chart: d.samples.chart()}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var idle time.Time // the relays' last activity
 	run := func(fn func()) {
 		wg.Add(1)
 		go func() { defer wg.Done(); fn() }()
@@ -78,6 +84,9 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 		defer mu.Unlock()
 		data.LeaseErr = errText(err)
 		data.Relays, data.FreeBuckets = relays(leases, members, time.Now())
+		if err == nil {
+			idle = lastRelayActivity(leases, members)
+		}
 	})
 	run(func() {
 		c, err := d.chk.Counts(ctx)
@@ -113,7 +122,49 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 		})
 	}
 	wg.Wait()
+	if now := time.Now(); outboxIdle(data, idle, now) {
+		data.IdleFor = now.Sub(idle)
+	}
 	return "overview", "Overview", data, nil
+}
+
+// outboxIdleAfter is how long no relay may have held a bucket or run a
+// lease round before the overview calls the outbox mode idle.
+const outboxIdleAfter = 10 * time.Minute
+
+// outboxIdle reports whether the outbox mode is unused: lease rows exist,
+// none has a live owner, no relay held a bucket or ran a lease round for
+// outboxIdleAfter (last is the latest of those), and no row is pending.
+// A service that moved to transactional mode leaves such rows behind.
+// Pending rows without a live relay are never idle: nothing publishes
+// them.
+func outboxIdle(data *overviewData, last, now time.Time) bool {
+	if data.OutboxErr != "" || data.LeaseErr != "" || data.Outbox.Pending > 0 || len(data.FreeBuckets) == 0 {
+		return false
+	}
+	for _, r := range data.Relays {
+		if len(r.Buckets) > 0 {
+			return false
+		}
+	}
+	return !last.IsZero() && now.Sub(last) >= outboxIdleAfter
+}
+
+// lastRelayActivity is the latest lease expiry or lease round in the
+// lease and relay tables; zero when they are empty.
+func lastRelayActivity(leases []outbox.Lease, members []outbox.Member) time.Time {
+	var last time.Time
+	for _, l := range leases {
+		if l.ExpiresAt.After(last) {
+			last = l.ExpiresAt
+		}
+	}
+	for _, m := range members {
+		if m.SeenAt.After(last) {
+			last = m.SeenAt
+		}
+	}
+	return last
 }
 
 // safeCheck runs a health check, turning a panic into an error.

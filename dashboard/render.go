@@ -49,6 +49,28 @@ var funcs = template.FuncMap{
 	"contains": strings.Contains,
 	"list":     func(s ...string) []string { return s },
 	"bodyline": bodyLine,
+	"name":     breakName,
+}
+
+// nameBreaks are the characters a long topic, group or relay name may
+// wrap after.
+const nameBreaks = "_-.:%/@"
+
+// breakName escapes a topic, group or relay name and adds a <wbr> after
+// each separator, so that a long name wraps between its words rather than
+// inside one.
+func breakName(s string) template.HTML {
+	var b strings.Builder
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(nameBreaks, s[i]) >= 0 && i+1 < len(s) {
+			b.WriteString(template.HTMLEscapeString(s[start : i+1]))
+			b.WriteString("<wbr>")
+			start = i + 1
+		}
+	}
+	b.WriteString(template.HTMLEscapeString(s[start:]))
+	return template.HTML(b.String())
 }
 
 // pages are parsed once: the layout plus each page's template.

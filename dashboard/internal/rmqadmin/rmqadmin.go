@@ -1,7 +1,8 @@
 // Package rmqadmin speaks the few read-only requests of RocketMQ's
 // remoting protocol that the dashboard needs and rocketmq-client-go does
 // not expose: topic routes, queue offsets, a group's committed offsets,
-// the groups consuming a topic, and messages by key. Each request is one
+// the groups consuming a topic, a group's connected consumers, and
+// messages by key. Each request is one
 // [rmqwire.Invoke]: a connection of its own, one JSON-encoded command,
 // one answer; nothing is cached and nothing is written to the broker.
 package rmqadmin
@@ -26,13 +27,15 @@ const (
 	codeQueryConsumerOffset = 14
 	codeGetMaxOffset        = 30
 	codeGetMinOffset        = 31
+	codeGetConsumerConns    = 203 // GET_CONSUMER_CONNECTION_LIST
 	codeQueryConsumeByWho   = 300
 )
 
 // Response codes (RocketMQ's ResponseCode).
 const (
-	resSuccess       = 0
-	resQueryNotFound = 22
+	resSuccess           = 0
+	resQueryNotFound     = 22
+	resConsumerNotOnline = 206
 )
 
 // ErrTopicNotExist means the name servers route no such topic.
@@ -182,6 +185,30 @@ func (c *Client) ConsumedBy(ctx context.Context, addr, topic string) ([]string, 
 	}
 	sort.Strings(out.GroupList)
 	return out.GroupList, nil
+}
+
+// Connections returns how many consumer clients of group are connected
+// to the broker at addr (its heartbeats): zero when the broker knows no
+// online consumer of the group.
+func (c *Client) Connections(ctx context.Context, addr, group string) (int, error) {
+	res, err := c.invoke(ctx, addr, codeGetConsumerConns, map[string]string{"consumerGroup": group})
+	if err != nil {
+		return 0, err
+	}
+	switch res.Code {
+	case resSuccess:
+	case resConsumerNotOnline:
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("connections of %s: code %d: %s", group, res.Code, res.Remark)
+	}
+	var out struct {
+		ConnectionSet []json.RawMessage `json:"connectionSet"`
+	}
+	if err := json.Unmarshal(res.Body, &out); err != nil {
+		return 0, fmt.Errorf("connections of %s: %w", group, err)
+	}
+	return len(out.ConnectionSet), nil
 }
 
 // QueryByKey returns up to max messages of topic stored under key on the

@@ -114,3 +114,24 @@ func TestAnswersByCode(t *testing.T) {
 		t.Fatal("no name server configured, yet a route")
 	}
 }
+
+// TestConnections: a group with connected consumers counts them; one the
+// broker reports not online has none; another code is an error.
+func TestConnections(t *testing.T) {
+	ctx := context.Background()
+	addr, got := fakeServer(t, 0, nil, `{"connectionSet":[{"clientId":"a","language":"GO"},{"clientId":"b","language":"JAVA"}],"consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","subscriptionTable":{}}`)
+	if n, err := (&Client{}).Connections(ctx, addr, "g1"); err != nil || n != 2 {
+		t.Fatalf("connections = %d, %v", n, err)
+	}
+	if req := <-got; req.Code != codeGetConsumerConns || req.ExtFields["consumerGroup"] != "g1" {
+		t.Fatalf("request = %+v", req)
+	}
+	addr, _ = fakeServer(t, resConsumerNotOnline, nil, "")
+	if n, err := (&Client{}).Connections(ctx, addr, "g2"); err != nil || n != 0 {
+		t.Fatalf("connections of an offline group = %d, %v", n, err)
+	}
+	addr, _ = fakeServer(t, 1, nil, "")
+	if _, err := (&Client{}).Connections(ctx, addr, "g3"); err == nil {
+		t.Fatal("a system error was taken for an answer")
+	}
+}
