@@ -95,7 +95,7 @@ func (m *Metrics) OnLocalDone(_ context.Context, msg *txmsg.Message, state txmsg
 }
 
 // OnCheckBack implements txmsg.HookCheckBack.
-func (m *Metrics) OnCheckBack(_, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
+func (m *Metrics) OnCheckBack(_, _, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
 	answer := map[txmsg.LocalState]string{txmsg.StateCommitted: "commit", txmsg.StateRolledBack: "rollback"}[state]
 	if answer == "" {
 		answer = "unknown"
@@ -104,7 +104,7 @@ func (m *Metrics) OnCheckBack(_, _ string, state txmsg.LocalState, _ error, _ ti
 }
 
 // OnRelayBatch implements txmsg.HookRelayBatch.
-func (m *Metrics) OnRelayBatch(_ context.Context, size, failed int, _ time.Duration) {
+func (m *Metrics) OnRelayBatch(_ context.Context, _, _ string, size, failed int, _ time.Duration) {
 	m.add("txmsg_relay_batches_total", 1)
 	m.add("txmsg_relay_messages_total", float64(size-failed), "result", "published")
 	m.add("txmsg_relay_messages_total", float64(failed), "result", "failed")
