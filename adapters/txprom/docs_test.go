@@ -201,6 +201,7 @@ var (
 	promMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
 	promGrouping = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
 	promRange    = regexp.MustCompile(`\[[0-9a-z]+\]`)
+	promBraces   = regexp.MustCompile(`\{[^}]*\}`)
 	templateVar  = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
 	// promWords are the PromQL words the rules may use besides metric names.
 	promWords = []string{"by", "without", "sum", "max", "min", "avg", "count", "rate", "increase", "irate", "delta", "abs", "on", "ignoring", "and", "or", "unless", "bool"}
@@ -230,7 +231,10 @@ func TestAlertRulesMatchMetrics(t *testing.T) {
 			require.NotEmpty(t, r.Alert, "rule %d of group %s has a name", n, g.Name)
 			require.NotEmpty(t, r.Expr, r.Alert)
 			expr := r.Expr
+			// The expression without strings, ranges and label matchers
+			// (those are checked with their selectors below).
 			bare := promRange.ReplaceAllString(promString.ReplaceAllString(expr, `""`), "")
+			bare = promBraces.ReplaceAllString(bare, "")
 
 			// Every name is a registered metric or a PromQL word.
 			var used []string
