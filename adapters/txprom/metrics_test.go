@@ -263,6 +263,9 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "result", "committed"))
 	require.Equal(t, -1.0, value(t, reg, "txmsg_half_sends_total"), "no half sends in local-table mode")
+	_, err = ob.Transact(ctx, &txmsg.Message{Topic: topic}, noop)
+	require.ErrorIs(t, err, txmsg.ErrInvalidMessage, "a message without a body")
+	require.Equal(t, 1.0, value(t, reg, "txmsg_invalid_sends_total", "topic", topic))
 
 	require.Eventually(t, func() bool {
 		return value(t, reg, "txmsg_outbox_oldest_pending_age_seconds", "table", ob.Table()) > 0
