@@ -36,8 +36,8 @@ type TransactionalConfig struct {
 	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
 	MaxBodySize int
 	// Hooks observe the producer's events (see txmsg.Hook): BeforeSend,
-	// OnInvalidSend, OnHalfSent, OnLocalDone and OnCheckBack. A hook that implements no
-	// hook interface is refused. Optional.
+	// OnInvalidSend, OnHalfSent, OnLocalDone and OnCheckBack. A hook that
+	// implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
 	// Topics are the topics this producer sends to. Start fetches their
 	// routes and introduces the producer to their brokers, so a restarted
