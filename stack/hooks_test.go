@@ -87,14 +87,14 @@ func (h *hookCounter) OnHalfSent(_ context.Context, m *txmsg.Message, err error,
 func (h *hookCounter) OnLocalDone(_ context.Context, m *txmsg.Message, _ txmsg.LocalState, err error, _ time.Duration) {
 	h.add("OnLocalDone", m.ID, err)
 }
-func (h *hookCounter) OnCheckBack(txID, _ string, _ txmsg.LocalState, err error, _ time.Duration) {
+func (h *hookCounter) OnCheckBack(_ string, txID, _ string, _ txmsg.LocalState, err error, _ time.Duration) {
 	h.add("OnCheckBack", txID, err)
 }
-func (h *hookCounter) OnHeld(txID, _ string, err error) { h.add("OnHeld", txID, err) }
-func (h *hookCounter) OnRelayBatch(_ context.Context, size, failed int, _ time.Duration) {
+func (h *hookCounter) OnHeld(_ string, txID, _ string, err error) { h.add("OnHeld", txID, err) }
+func (h *hookCounter) OnRelayBatch(_ context.Context, _, _ string, size, failed int, _ time.Duration) {
 	h.add("OnRelayBatch", "", nil)
 }
-func (h *hookCounter) OnRelayUnavailable(_ context.Context, _ int, err error) {
+func (h *hookCounter) OnRelayUnavailable(_ context.Context, _, _ string, _ int, err error) {
 	h.add("OnRelayUnavailable", "", err)
 }
 func (h *hookCounter) BeforeHandle(ctx context.Context, _ string, r *txmsg.Received) context.Context {

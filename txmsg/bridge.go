@@ -18,6 +18,7 @@ func exportToDriver() struct{} {
 	bridge.RelayUnavailable = Hooks.relayUnavailable
 	bridge.BeforeHandle = Hooks.beforeHandle
 	bridge.Consumed = Hooks.consumed
+	bridge.InvalidSend = Hooks.invalidSend
 	bridge.CallLocal = callLocal
 	bridge.Process = Route.handle
 	bridge.Run = (*Inbox).run

@@ -174,7 +174,7 @@ func ExampleHooks() {
 
 	driver.BeforeSend(hooks, ctx, msg) // before validation, so hooks may add properties
 	driver.LocalDone(hooks, ctx, msg, txmsg.StateRolledBack, errors.New("out of stock"), time.Millisecond)
-	driver.RelayBatch(hooks, ctx, 10, 0, time.Millisecond) // tracer does not implement HookRelayBatch
+	driver.RelayBatch(hooks, ctx, "relay-1", "txmsg_outbox", 10, 0, time.Millisecond) // tracer does not implement HookRelayBatch
 
 	fmt.Println(msg.Properties["trace_id"])
 	fmt.Print(log.String())

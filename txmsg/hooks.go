@@ -51,10 +51,11 @@ type HookLocalDone interface {
 }
 
 // HookCheckBack is called after each broker check-back was answered:
-// state is the answer (StateUnknown with the error when the database could
-// not answer).
+// group is the producer group that answered it, topic the message's topic
+// (empty when not known), state the answer (StateUnknown with the error
+// when the database could not answer).
 type HookCheckBack interface {
-	OnCheckBack(txID, topic string, state LocalState, err error, took time.Duration)
+	OnCheckBack(group, txID, topic string, state LocalState, err error, took time.Duration)
 }
 
 // HookHeld is called when the outcome of a transactional message cannot be
@@ -62,14 +63,16 @@ type HookCheckBack interface {
 // older than the purge horizon). The message is kept where an operator sees
 // it, never dropped: the sweeper parks it in the inbox's parked table (or
 // leaves it on the broker), and a check-back answers UNKNOWN. err says why.
+// group is the consumer group of the sweeper that held it.
 type HookHeld interface {
-	OnHeld(txID, topic string, err error)
+	OnHeld(group, txID, topic string, err error)
 }
 
-// HookRelayBatch is called after a relay published a batch: size rows
-// claimed, failed of them not published, took the publish time.
+// HookRelayBatch is called after a relay published a batch: relay is the
+// relay's name, table its outbox table, size rows claimed, failed of them
+// not published, took the publish time.
 type HookRelayBatch interface {
-	OnRelayBatch(ctx context.Context, size, failed int, took time.Duration)
+	OnRelayBatch(ctx context.Context, relay, table string, size, failed int, took time.Duration)
 }
 
 // HookRelayUnavailable is called after a relay's Publish call in which
@@ -77,8 +80,17 @@ type HookRelayBatch interface {
 // unavailable (see [IsUnavailable]), err the first such error. Those rows
 // wait for the broker without counting an attempt, however long it stays
 // away. It comes just before the call's HookRelayBatch.
+// relay and table name the relay as in HookRelayBatch.
 type HookRelayUnavailable interface {
-	OnRelayUnavailable(ctx context.Context, rows int, err error)
+	OnRelayUnavailable(ctx context.Context, relay, table string, rows int, err error)
+}
+
+// HookInvalidSend is called by both modes' Transact when Message.Validate
+// refused the message (err wraps [ErrInvalidMessage]; msg may be nil),
+// before anything was written: neither the local transaction nor the
+// broker saw it.
+type HookInvalidSend interface {
+	OnInvalidSend(ctx context.Context, msg *Message, err error)
 }
 
 // HookBeforeHandle is called before a consumer handles a message; the
@@ -112,15 +124,16 @@ const (
 	kindRelayUnavailable
 	kindBeforeHandle
 	kindConsumed
+	kindInvalidSend
 	numHookKinds
 )
 
-var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnHeld", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed"}
+var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnHeld", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed", "OnInvalidSend"}
 
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed:
+	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed, HookInvalidSend:
 		return true
 	}
 	return false
@@ -139,7 +152,7 @@ func (hs Hooks) Validate() error {
 		case h == nil:
 			return fmt.Errorf("%w: hook %d is nil", ErrInvalidConfig, i)
 		case !isHook(h):
-			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed); check its method names and receivers", ErrInvalidConfig, i, h)
+			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed, HookInvalidSend); check its method names and receivers", ErrInvalidConfig, i, h)
 		}
 	}
 	return nil
@@ -249,37 +262,37 @@ func (hs Hooks) localDone(ctx context.Context, msg *Message, state LocalState, e
 }
 
 // checkBack calls every HookCheckBack.
-func (hs Hooks) checkBack(txID, topic string, state LocalState, err error, took time.Duration) {
+func (hs Hooks) checkBack(group, txID, topic string, state LocalState, err error, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookCheckBack); ok {
-			safe(hk, kindCheckBack, func() { h.OnCheckBack(txID, topic, state, err, took) })
+			safe(hk, kindCheckBack, func() { h.OnCheckBack(group, txID, topic, state, err, took) })
 		}
 	}
 }
 
 // held calls every HookHeld.
-func (hs Hooks) held(txID, topic string, err error) {
+func (hs Hooks) held(group, txID, topic string, err error) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookHeld); ok {
-			safe(hk, kindHeld, func() { h.OnHeld(txID, topic, err) })
+			safe(hk, kindHeld, func() { h.OnHeld(group, txID, topic, err) })
 		}
 	}
 }
 
 // relayBatch calls every HookRelayBatch.
-func (hs Hooks) relayBatch(ctx context.Context, size, failed int, took time.Duration) {
+func (hs Hooks) relayBatch(ctx context.Context, relay, table string, size, failed int, took time.Duration) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookRelayBatch); ok {
-			safe(hk, kindRelayBatch, func() { h.OnRelayBatch(ctx, size, failed, took) })
+			safe(hk, kindRelayBatch, func() { h.OnRelayBatch(ctx, relay, table, size, failed, took) })
 		}
 	}
 }
 
 // relayUnavailable calls every HookRelayUnavailable.
-func (hs Hooks) relayUnavailable(ctx context.Context, rows int, err error) {
+func (hs Hooks) relayUnavailable(ctx context.Context, relay, table string, rows int, err error) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookRelayUnavailable); ok {
-			safe(hk, kindRelayUnavailable, func() { h.OnRelayUnavailable(ctx, rows, err) })
+			safe(hk, kindRelayUnavailable, func() { h.OnRelayUnavailable(ctx, relay, table, rows, err) })
 		}
 	}
 }
@@ -303,6 +316,15 @@ func (hs Hooks) consumed(ctx context.Context, group string, r *Received, outcome
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookConsumed); ok {
 			safe(hk, kindConsumed, func() { h.OnConsumed(ctx, group, r, outcome, err, took) })
+		}
+	}
+}
+
+// invalidSend calls every HookInvalidSend.
+func (hs Hooks) invalidSend(ctx context.Context, msg *Message, err error) {
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookInvalidSend); ok {
+			safe(hk, kindInvalidSend, func() { h.OnInvalidSend(ctx, msg, err) })
 		}
 	}
 }

@@ -22,7 +22,7 @@ func (notAHook) OnHalfSnet(context.Context, *Message, error, time.Duration) {}
 
 type ptrHook struct{ n int }
 
-func (h *ptrHook) OnRelayBatch(context.Context, int, int, time.Duration) { h.n++ }
+func (h *ptrHook) OnRelayBatch(context.Context, string, string, int, int, time.Duration) { h.n++ }
 
 func TestHooksValidateRefusesValuesThatAreNoHook(t *testing.T) {
 	t.Parallel()

@@ -41,7 +41,7 @@ func (r *Relay) classify(ctx context.Context, errs []error) {
 		}
 	}
 	if waiting > 0 {
-		driver.RelayUnavailable(r.cfg.Hooks, ctx, waiting, first)
+		driver.RelayUnavailable(r.cfg.Hooks, ctx, r.cfg.Name, r.table, waiting, first)
 	}
 }
 

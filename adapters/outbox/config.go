@@ -71,7 +71,8 @@ type Config struct {
 	Buckets int
 	// Logger receives the outbox's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Hooks observe Transact (txmsg.HookBeforeSend, txmsg.HookLocalDone).
+	// Hooks observe Transact (txmsg.HookBeforeSend, txmsg.HookInvalidSend,
+	// txmsg.HookLocalDone).
 	// A hook that implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
 }

@@ -118,7 +118,7 @@ func (r *Relay) publish(ctx context.Context, msgs []*txmsg.Message) (errs []erro
 					failed++
 				}
 			}
-			driver.RelayBatch(r.cfg.Hooks, ctx, len(msgs), failed, time.Since(start))
+			driver.RelayBatch(r.cfg.Hooks, ctx, r.cfg.Name, r.table, len(msgs), failed, time.Since(start))
 		}()
 	}
 	if err == nil {

@@ -50,6 +50,7 @@ func (o *Outbox) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.L
 	}
 	rows, err := o.prepare([]*txmsg.Message{msg})
 	if err != nil {
+		driver.InvalidSend(o.cfg.Hooks, ctx, msg, err)
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -96,11 +97,14 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	chk, err := checker.New(db, checker.Config{Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, chk.Migrate(ctx))
+	pg := testbed.Name(t, "pg")
 	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{
-		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: testbed.Name(t, "pg"), Hooks: txmsg.Hooks{m},
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}, Group: pg, Hooks: txmsg.Hooks{m},
 		Topics: []string{topic},
 	})
 	require.NoError(t, err)
+	m.AddTransactional(pg, topic)
+	txprom.WatchCheckBackCache(m, pg, tr.CheckBackCacheStats)
 	require.NoError(t, tr.Start(ctx))
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
 
@@ -108,6 +112,13 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(ctx))
 	group := testbed.Name(t, "cg")
+	m.AddConsumer(group, topic)
+	// Declared and no event yet: every series is there, at 0.
+	require.Equal(t, 0.0, value(t, reg, "txmsg_half_sends_total", "topic", topic, "result", "error"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_checkbacks_total", "group", pg, "topic", topic, "result", "unknown"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "result", "error"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_invalid_sends_total", "topic", topic))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_checkback_cache_lookups_total", "group", pg, "result", "hit"))
 	var handled atomic.Int32
 	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[event]) error {
 		handled.Add(1)
@@ -132,7 +143,7 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	// producer answers UNKNOWN, and the transaction then commits.
 	slow, err := producer.Send(ctx, event{N: 3}, func(context.Context, *gorm.DB) error {
 		deadline := time.Now().Add(30 * time.Second)
-		for value(t, reg, "txmsg_checkbacks_total", "answer", "unknown") < 1 && time.Now().Before(deadline) {
+		for value(t, reg, "txmsg_checkbacks_total", "group", pg, "topic", topic, "result", "unknown") < 1 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		return nil
@@ -141,16 +152,16 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 
 	require.Equal(t, 3.0, value(t, reg, "txmsg_half_sends_total", "topic", topic, "result", "ok"))
 	require.Equal(t, 3.0, value(t, reg, "txmsg_half_send_seconds", "topic", topic))
-	require.Equal(t, 2.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "state", "committed"))
-	require.Equal(t, 1.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "state", "rolled_back"))
-	require.GreaterOrEqual(t, value(t, reg, "txmsg_checkbacks_total", "answer", "unknown"), 1.0)
+	require.Equal(t, 2.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "result", "committed"))
+	require.Equal(t, 1.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "result", "rolled_back"))
+	require.GreaterOrEqual(t, value(t, reg, "txmsg_checkbacks_total", "group", pg, "topic", topic, "result", "unknown"), 1.0)
 	// The check-back goroutine observes the duration just after it counts
 	// the answer that ended the wait above.
-	require.Eventually(t, func() bool { return value(t, reg, "txmsg_checkback_seconds") >= 1 }, 30*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return value(t, reg, "txmsg_checkback_seconds", "group", pg, "topic", topic) >= 1 }, 30*time.Second, 50*time.Millisecond,
 		"the check-back's duration is observed")
 
 	require.Eventually(t, func() bool {
-		return value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "outcome", "handled") == 2
+		return value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "result", "handled") == 2
 	}, 60*time.Second, 50*time.Millisecond, "both committed events are handled")
 	require.Equal(t, int32(2), handled.Load())
 
@@ -161,7 +172,7 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 	require.NoError(t, pub.Publish(ctx, &txmsg.Message{ID: committed.ID, Topic: topic, Body: []byte(`{"n":1}`)}))
 	require.Eventually(t, func() bool {
-		return value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "outcome", "duplicate") == 1
+		return value(t, reg, "txmsg_consumer_messages_total", "group", group, "topic", topic, "result", "duplicate") == 1
 	}, 60*time.Second, 50*time.Millisecond, "the copy is counted as a duplicate")
 	require.Equal(t, int32(2), handled.Load())
 	// The consumer observes the duration just after it counts the outcome.
@@ -170,8 +181,24 @@ func TestTransactionalAndConsumerMetrics(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the three deliveries' durations are observed")
 	require.NotEmpty(t, slow.ID)
 
+	// A message validation refuses is counted, and nothing else is.
+	_, err = tr.Transact(ctx, &txmsg.Message{Topic: topic}, noop)
+	require.ErrorIs(t, err, txmsg.ErrInvalidMessage)
+	require.Equal(t, 1.0, value(t, reg, "txmsg_invalid_sends_total", "topic", topic))
+	require.Equal(t, 3.0, value(t, reg, "txmsg_half_sends_total", "topic", topic, "result", "ok"))
+
+	// A check-back of a transaction that committed here is answered from
+	// the outcome cache.
+	st, err := tr.ResolveCheckBack(ctx, committed.ID, committed.BrokerMessageID)
+	require.NoError(t, err)
+	require.Equal(t, txmsg.StateCommitted, st)
+	require.Equal(t, float64(tr.CheckBackCacheStats().Hits), value(t, reg, "txmsg_checkback_cache_lookups_total", "group", pg, "result", "hit"))
+	require.GreaterOrEqual(t, value(t, reg, "txmsg_checkback_cache_lookups_total", "group", pg, "result", "hit"), 1.0)
+	require.Equal(t, float64(tr.CheckBackCacheStats().Entries), value(t, reg, "txmsg_checkback_cache_entries", "group", pg))
+
 	for _, name := range names(t, reg) {
 		require.True(t, strings.HasPrefix(name, "txmsg_"), name)
+		require.False(t, strings.HasPrefix(name, "txmsg_relay_"), "a process without a relay exports no relay series: %s", name)
 	}
 }
 
@@ -215,13 +242,13 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	db := testbed.DB(t)
 	topic := testbed.Topic(t)
 	reg := prom.NewRegistry()
-	m := txprom.New(txprom.Config{})
+	m := txprom.New(txprom.Config{ConstLabels: prom.Labels{"service": "test"}})
 	reg.MustRegister(m)
 
 	ob, err := outbox.New(db, outbox.Config{Logger: log, Hooks: txmsg.Hooks{m}})
 	require.NoError(t, err)
 	require.NoError(t, ob.Migrate(ctx))
-	oc, err := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table()})
+	oc, err := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table(), Metrics: m})
 	require.NoError(t, err)
 	reg.MustRegister(oc)
 
@@ -234,8 +261,11 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	}
 	_, err = producer.Send(ctx, event{N: -1}, noop)
 	require.NoError(t, err)
-	require.Equal(t, 4.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "state", "committed"))
+	require.Equal(t, 4.0, value(t, reg, "txmsg_local_transactions_total", "topic", topic, "result", "committed"))
 	require.Equal(t, -1.0, value(t, reg, "txmsg_half_sends_total"), "no half sends in local-table mode")
+	_, err = ob.Transact(ctx, &txmsg.Message{Topic: topic}, noop)
+	require.ErrorIs(t, err, txmsg.ErrInvalidMessage, "a message without a body")
+	require.Equal(t, 1.0, value(t, reg, "txmsg_invalid_sends_total", "topic", topic))
 
 	require.Eventually(t, func() bool {
 		return value(t, reg, "txmsg_outbox_oldest_pending_age_seconds", "table", ob.Table()) > 0
@@ -252,6 +282,10 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 		Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1, PollInterval: 50 * time.Millisecond,
 	})
 	require.NoError(t, err)
+	m.AddRelay(relay.Name(), ob.Table())
+	rl := []string{"relay", relay.Name(), "table", ob.Table()}
+	require.Equal(t, 0.0, value(t, reg, "txmsg_relay_messages_total", append(rl, "result", "error")...))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_relay_broker_unavailable", rl...))
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
@@ -263,11 +297,22 @@ func TestRelayAndOutboxCollector(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "pending"))
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_oldest_pending_age_seconds", "table", ob.Table()))
-	require.GreaterOrEqual(t, value(t, reg, "txmsg_relay_batches_total"), 1.0)
-	require.Equal(t, 3.0, value(t, reg, "txmsg_relay_messages_total", "result", "published"))
-	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_messages_total", "result", "failed"))
-	require.Equal(t, value(t, reg, "txmsg_relay_batches_total"), value(t, reg, "txmsg_relay_batch_size"))
-	require.Equal(t, value(t, reg, "txmsg_relay_batches_total"), value(t, reg, "txmsg_relay_publish_seconds"))
+	require.GreaterOrEqual(t, value(t, reg, "txmsg_relay_batches_total", rl...), 1.0)
+	require.Equal(t, 3.0, value(t, reg, "txmsg_relay_messages_total", append(rl, "result", "ok")...))
+	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_messages_total", append(rl, "result", "error")...))
+	require.Equal(t, value(t, reg, "txmsg_relay_batches_total", rl...), value(t, reg, "txmsg_relay_batch_size", rl...))
+	require.Equal(t, value(t, reg, "txmsg_relay_batches_total", rl...), value(t, reg, "txmsg_relay_publish_seconds", rl...))
+
+	// Config.ConstLabels reach every series, the outbox collector's too.
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			require.True(t, slices.ContainsFunc(s.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == "service" && l.GetValue() == "test"
+			}), "%s carries the constant label", mf.GetName())
+		}
+	}
 }
 
 // TestRelayUnavailableMetrics: a relay whose publisher reaches no name
@@ -290,12 +335,15 @@ func TestRelayUnavailableMetrics(t *testing.T) {
 	require.NoError(t, err)
 	reg.MustRegister(oc)
 
+	// Both relays have one name, so they feed one series.
+	name := testbed.Name(t, "relay")
+	rl := []string{"relay", name, "table", ob.Table()}
 	start := func(nameServer string) func() {
 		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: txrmq.Conn{NameServers: []string{nameServer}, Logger: log}, Group: testbed.Name(t, "relay"), SendTimeout: time.Second, Retries: 1})
 		require.NoError(t, err)
 		require.NoError(t, pub.Start(ctx))
 		relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{
-			Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1,
+			Logger: log, Hooks: txmsg.Hooks{m}, MaxAttempts: 1, Name: name,
 			PollInterval: 20 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		})
 		require.NoError(t, err)
@@ -307,8 +355,8 @@ func TestRelayUnavailableMetrics(t *testing.T) {
 	stop := start("127.0.0.1:1")
 	_, err = ob.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte("x")}, func(context.Context, *gorm.DB) error { return nil })
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return value(t, reg, "txmsg_relay_unavailable_total") >= 3 }, 30*time.Second, 20*time.Millisecond)
-	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_broker_unavailable"))
+	require.Eventually(t, func() bool { return value(t, reg, "txmsg_relay_unavailable_total", rl...) >= 3 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "txmsg_relay_broker_unavailable", rl...))
 	require.Equal(t, 1.0, value(t, reg, "txmsg_outbox_waiting_rows", "table", ob.Table()))
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "parked"), "MaxAttempts 1, and still not parked")
 	stop()
@@ -318,7 +366,7 @@ func TestRelayUnavailableMetrics(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return value(t, reg, "txmsg_outbox_rows", "table", ob.Table(), "status", "sent") == 1
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Equal(t, 0.0, value(t, reg, "txmsg_relay_broker_unavailable"))
+	require.Equal(t, 0.0, value(t, reg, "txmsg_relay_broker_unavailable", rl...))
 	require.Equal(t, 0.0, value(t, reg, "txmsg_outbox_waiting_rows", "table", ob.Table()))
 }
 

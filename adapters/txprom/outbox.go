@@ -29,6 +29,10 @@ type OutboxConfig struct {
 	Timeout time.Duration
 	// ConstLabels are added to every metric. Optional.
 	ConstLabels prom.Labels
+	// Metrics, when set, adds its Config.ConstLabels to ConstLabels (a
+	// label set in both takes the value here), so that the collector's
+	// series carry the same constant labels as the hooks'. Optional.
+	Metrics *Metrics
 }
 
 // OutboxCollector is a prometheus.Collector that reads an outbox table's
@@ -70,6 +74,13 @@ func NewOutboxCollector[S ~struct {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Metrics != nil && len(cfg.Metrics.constLabels) > 0 {
+		merged := copyLabels(cfg.Metrics.constLabels)
+		for k, v := range cfg.ConstLabels {
+			merged[k] = v
+		}
+		cfg.ConstLabels = merged
 	}
 	return &OutboxCollector{
 		stats: func(ctx context.Context) (OutboxStats, error) {

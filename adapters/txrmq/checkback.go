@@ -106,6 +106,7 @@ func validateCheckBackLimits(what string, workers, queue int) error {
 type checkBacks struct {
 	log    *slog.Logger
 	hooks  txmsg.Hooks
+	group  string // the producer group, for the hooks
 	limits checkBackLimits
 	// answer resolves one check-back; nil answers UNKNOWN with a warning.
 	// It must honour ctx, which ends at Close.
@@ -168,10 +169,10 @@ func newCheckBackProducer(cfg producerSetup, kind string, cb *checkBacks, l prim
 	return tp, nil
 }
 
-func newCheckBacks(log *slog.Logger, hooks txmsg.Hooks, limits checkBackLimits,
+func newCheckBacks(log *slog.Logger, hooks txmsg.Hooks, group string, limits checkBackLimits,
 	answer func(ctx context.Context, ext *primitive.MessageExt) primitive.LocalTransactionState) *checkBacks {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &checkBacks{log: log, hooks: hooks, limits: limits, answer: answer, ctx: ctx, cancel: cancel,
+	return &checkBacks{log: log, hooks: hooks, group: group, limits: limits, answer: answer, ctx: ctx, cancel: cancel,
 		stopIn: make(chan struct{}), closing: make(chan struct{}), released: make(chan struct{}),
 		queue: make(chan interface{}, limits.queue)}
 }
@@ -217,7 +218,7 @@ func (cb *checkBacks) read() {
 			cb.log.Warn("check-back reached a publisher without a Checker; answering UNKNOWN. "+
 				"Give PublisherConfig a Checker, or use a producer group of its own for this publisher",
 				"txmsg_id", id, "topic", ext.Topic, "broker_msg_id", ext.MsgId)
-			driver.CheckBack(cb.hooks, id, ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
+			driver.CheckBack(cb.hooks, cb.group, id, ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
 			continue
 		}
 		select {
@@ -238,7 +239,7 @@ func (cb *checkBacks) read() {
 
 func (cb *checkBacks) overloaded(id, topic string) {
 	n := cb.dropped.Add(1)
-	driver.CheckBack(cb.hooks, id, topic, txmsg.StateUnknown, ErrCheckBackOverload, 0)
+	driver.CheckBack(cb.hooks, cb.group, id, topic, txmsg.StateUnknown, ErrCheckBackOverload, 0)
 	now := time.Now().UnixNano()
 	last := cb.lastWarn.Load()
 	if now-last >= int64(10*time.Second) && cb.lastWarn.CompareAndSwap(last, now) {
@@ -298,7 +299,7 @@ func (cb *checkBacks) check(ext *primitive.MessageExt) (state primitive.LocalTra
 	}
 	if cb.answer == nil {
 		cb.log.Warn("check-back reached a publisher without a Checker; answering UNKNOWN", "txmsg_id", ext.GetProperty(txmsg.PropertyID))
-		driver.CheckBack(cb.hooks, ext.GetProperty(txmsg.PropertyID), ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
+		driver.CheckBack(cb.hooks, cb.group, ext.GetProperty(txmsg.PropertyID), ext.Topic, txmsg.StateUnknown, ErrNoChecker, 0)
 		return primitive.UnkonwnState
 	}
 	return cb.answer(cb.ctx, ext)
@@ -375,7 +376,7 @@ func (cb *checkBacks) finish() {
 }
 
 // resolveFromBarrier answers one check-back from the barrier table.
-func resolveFromBarrier(ctx context.Context, chk *checker.Checker, log *slog.Logger, hooks txmsg.Hooks, ext *primitive.MessageExt) primitive.LocalTransactionState {
+func resolveFromBarrier(ctx context.Context, chk *checker.Checker, log *slog.Logger, hooks txmsg.Hooks, group string, ext *primitive.MessageExt) primitive.LocalTransactionState {
 	id := ext.GetProperty(txmsg.PropertyID)
 	if id == "" {
 		log.Warn("check-back for a half message without a txmsg ID; answering UNKNOWN", "broker_msg_id", ext.MsgId, "topic", ext.Topic)
@@ -383,7 +384,7 @@ func resolveFromBarrier(ctx context.Context, chk *checker.Checker, log *slog.Log
 	}
 	start := time.Now()
 	state, err := chk.ResolveSince(ctx, id, bornAt(ext)) // bounded by the checker's ResolveTimeout
-	driver.CheckBack(hooks, id, ext.Topic, state, err, time.Since(start))
+	driver.CheckBack(hooks, group, id, ext.Topic, state, err, time.Since(start))
 	if errors.Is(err, checker.ErrBeyondPurgeHorizon) {
 		log.Error("check-back for a transaction older than the barrier's purge horizon; answering UNKNOWN. "+
 			"After transactionCheckMax checks the broker moves it to "+CheckMaxTimeTopic+", where the sweeper parks it for an operator",

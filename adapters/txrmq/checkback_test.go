@@ -155,7 +155,7 @@ func orphanHalfMessages(t *testing.T, e *txEnv, ids []string) {
 // checkBackCounter counts CheckBack hook calls.
 type checkBackCounter struct{ n atomic.Int64 }
 
-func (c *checkBackCounter) OnCheckBack(string, string, txmsg.LocalState, error, time.Duration) {
+func (c *checkBackCounter) OnCheckBack(string, string, string, txmsg.LocalState, error, time.Duration) {
 	c.n.Add(1)
 }
 

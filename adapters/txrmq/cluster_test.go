@@ -33,7 +33,7 @@ type checkBackRecorder struct {
 	ids map[string]txmsg.LocalState
 }
 
-func (r *checkBackRecorder) OnCheckBack(txID, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
+func (r *checkBackRecorder) OnCheckBack(_ string, txID, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ids == nil {

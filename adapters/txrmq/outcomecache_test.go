@@ -185,7 +185,7 @@ type answerSeen struct {
 	err   error
 }
 
-func (r *answerLog) OnCheckBack(id, _ string, state txmsg.LocalState, err error, _ time.Duration) {
+func (r *answerLog) OnCheckBack(_ string, id, _ string, state txmsg.LocalState, err error, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = append(r.seen, answerSeen{id, state, err})

@@ -144,10 +144,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	var answer func(context.Context, *primitive.MessageExt) primitive.LocalTransactionState
 	if cfg.Checker != nil {
 		answer = func(ctx context.Context, ext *primitive.MessageExt) primitive.LocalTransactionState {
-			return resolveFromBarrier(ctx, cfg.Checker, p.log, cfg.Hooks, ext)
+			return resolveFromBarrier(ctx, cfg.Checker, p.log, cfg.Hooks, cfg.Group, ext)
 		}
 	}
-	p.cb = newCheckBacks(p.log, cfg.Hooks, limits, answer)
+	p.cb = newCheckBacks(p.log, cfg.Hooks, cfg.Group, limits, answer)
 	// The sends go through the transaction producer's inner producer, so
 	// that the publisher has the client's check-back reader.
 	tp, err := newCheckBackProducer(cfg.producer(), "pub", p.cb, pubListener{p.cb})

@@ -523,7 +523,7 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 // hold keeps a half message whose outcome the barrier can no longer tell:
 // it is parked for an operator, or left on the broker.
 func (s *Sweeper) hold(ctx context.Context, ext *primitive.MessageExt, id, realTopic string, cause error) verdict {
-	driver.Held(s.cfg.Hooks, id, realTopic, cause)
+	driver.Held(s.cfg.Hooks, s.cfg.Group, id, realTopic, cause)
 	r := fromExt(ext)
 	r.Message.ID, r.Message.Topic = id, realTopic
 	r.Attempt = int(ext.ReconsumeTimes) + 1

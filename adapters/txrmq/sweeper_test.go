@@ -75,7 +75,7 @@ func TestSweeperRecoversPastTheCheckWindow(t *testing.T) {
 
 type checkBackHook struct{}
 
-func (checkBackHook) OnCheckBack(string, string, txmsg.LocalState, error, time.Duration) {}
+func (checkBackHook) OnCheckBack(string, string, string, txmsg.LocalState, error, time.Duration) {}
 
 func TestSweeperConfigValidation(t *testing.T) {
 	t.Parallel()
@@ -108,7 +108,7 @@ type heldHook struct {
 	held map[string]error
 }
 
-func (h *heldHook) OnHeld(txID, _ string, err error) {
+func (h *heldHook) OnHeld(_ string, txID, _ string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.held == nil {

@@ -36,8 +36,8 @@ type TransactionalConfig struct {
 	// broker's maxMessageSize. Default [txmsg.DefaultMaxBodySize] (4 MiB).
 	MaxBodySize int
 	// Hooks observe the producer's events (see txmsg.Hook): BeforeSend,
-	// OnHalfSent, OnLocalDone and OnCheckBack. A hook that implements no
-	// hook interface is refused. Optional.
+	// OnInvalidSend, OnHalfSent, OnLocalDone and OnCheckBack. A hook that
+	// implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
 	// Topics are the topics this producer sends to. Start fetches their
 	// routes and introduces the producer to their brokers, so a restarted
@@ -224,7 +224,7 @@ func NewTransactional(db *gorm.DB, chk *checker.Checker, cfg TransactionalConfig
 	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
 		outcomes: newOutcomeCache(cacheSize, cacheAge)}
 	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
-	t.cb = newCheckBacks(t.log, cfg.Hooks, limits, t.resolve)
+	t.cb = newCheckBacks(t.log, cfg.Hooks, cfg.Group, limits, t.resolve)
 	prod, err := newCheckBackProducer(cfg.producer(), "tx", t.cb, listener{t})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new transactional producer: %w", err)
@@ -312,6 +312,7 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 		driver.BeforeSend(t.cfg.Hooks, ctx, msg)
 	}
 	if err := msg.Validate(t.cfg.MaxBodySize); err != nil {
+		driver.InvalidSend(t.cfg.Hooks, ctx, msg, err)
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -406,7 +407,7 @@ func (t *Transactional) resolve(ctx context.Context, ext *primitive.MessageExt) 
 	if state, ok := t.fromCache(id, halfKey(ext), ext.Topic); ok {
 		return toPrimitiveState(state)
 	}
-	return resolveFromBarrier(ctx, t.chk, t.log, t.cfg.Hooks, ext)
+	return resolveFromBarrier(ctx, t.chk, t.log, t.cfg.Hooks, t.cfg.Group, ext)
 }
 
 // runningHere reports, and tells the hooks, that id's local transaction
@@ -420,7 +421,7 @@ func (t *Transactional) runningHere(id, topic string) bool {
 		return false
 	}
 	t.log.Debug("check-back for a transaction still running here; answering UNKNOWN", "txmsg_id", id)
-	driver.CheckBack(t.cfg.Hooks, id, topic, txmsg.StateUnknown, nil, 0)
+	driver.CheckBack(t.cfg.Hooks, t.cfg.Group, id, topic, txmsg.StateUnknown, nil, 0)
 	return true
 }
 
@@ -435,7 +436,7 @@ func (t *Transactional) fromCache(id, half, topic string) (txmsg.LocalState, boo
 	if !ok {
 		return txmsg.StateUnknown, false
 	}
-	driver.CheckBack(t.cfg.Hooks, id, topic, state, nil, time.Since(start))
+	driver.CheckBack(t.cfg.Hooks, t.cfg.Group, id, topic, state, nil, time.Since(start))
 	if t.log.Enabled(context.Background(), slog.LevelDebug) {
 		t.log.Debug("check-back answered from the outcome cache", "txmsg_id", id, "topic", topic, "state", state.String())
 	}
@@ -474,7 +475,7 @@ func (t *Transactional) ResolveCheckBack(ctx context.Context, txID, brokerMessag
 	}
 	start := time.Now()
 	state, err := t.chk.Resolve(ctx, txID)
-	driver.CheckBack(t.cfg.Hooks, txID, "", state, err, time.Since(start))
+	driver.CheckBack(t.cfg.Hooks, t.cfg.Group, txID, "", state, err, time.Since(start))
 	return state, err
 }
 

@@ -259,7 +259,7 @@ type ackCounter struct {
 
 // OnRelayBatch implements txmsg.HookRelayBatch: it is called once per
 // Publish call, with the rows claimed and those not published.
-func (a *ackCounter) OnRelayBatch(_ context.Context, size, failed int, _ time.Duration) {
+func (a *ackCounter) OnRelayBatch(_ context.Context, _, _ string, size, failed int, _ time.Duration) {
 	a.calls.Add(1)
 	a.acked.Add(int64(size - failed))
 }

@@ -73,7 +73,7 @@ const (
 // marked sent: the rows are published again by the next claim.
 type relayHooks struct{ ks *killSwitch }
 
-func (h relayHooks) OnRelayBatch(_ context.Context, size, failed int, _ time.Duration) {
+func (h relayHooks) OnRelayBatch(_ context.Context, _, _ string, size, failed int, _ time.Duration) {
 	if failed < size {
 		h.ks.at(0, "relay-after-publish", fmt.Sprintf("%d-of-%d", size-failed, size))
 	}

@@ -44,7 +44,7 @@ func (h producerHooks) OnLocalDone(_ context.Context, msg *txmsg.Message, state 
 	}
 }
 
-func (h producerHooks) OnCheckBack(txID, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
+func (h producerHooks) OnCheckBack(_ string, txID, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
 	fmt.Fprintln(os.Stderr, lineCheckBack, state.String(), txID)
 }
 

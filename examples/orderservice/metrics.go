@@ -32,11 +32,11 @@ type Metrics struct {
 // help text.
 var metricFamilies = []struct{ name, help string }{
 	{"txmsg_half_sends_total", "Half messages sent to the broker, by topic and result (ok, error)."},
-	{"txmsg_local_transactions_total", "Local transactions ended, by topic and state (committed, rolled_back, unknown)."},
-	{"txmsg_checkbacks_total", "Broker check-backs answered, by answer (commit, rollback, unknown)."},
-	{"txmsg_relay_batches_total", "Batches the outbox relay published."},
-	{"txmsg_relay_messages_total", "Messages the outbox relay tried to publish, by result (published, failed)."},
-	{"txmsg_consumer_messages_total", "Messages a consumer decided about, by group, topic and outcome (handled, duplicate, parked, failed)."},
+	{"txmsg_local_transactions_total", "Local transactions ended, by topic and result (committed, rolled_back, unknown)."},
+	{"txmsg_checkbacks_total", "Broker check-backs answered, by producer group, topic and result (committed, rolled_back, unknown)."},
+	{"txmsg_relay_batches_total", "Batches an outbox relay published, by relay and table."},
+	{"txmsg_relay_messages_total", "Messages an outbox relay tried to publish, by relay, table and result (ok, error)."},
+	{"txmsg_consumer_messages_total", "Messages a consumer decided about, by group, topic and result (handled, duplicate, parked, error)."},
 }
 
 var (
@@ -91,32 +91,28 @@ func (m *Metrics) OnHalfSent(_ context.Context, msg *txmsg.Message, err error, _
 
 // OnLocalDone implements txmsg.HookLocalDone.
 func (m *Metrics) OnLocalDone(_ context.Context, msg *txmsg.Message, state txmsg.LocalState, _ error, _ time.Duration) {
-	m.add("txmsg_local_transactions_total", 1, "topic", msg.Topic, "state", state.String())
+	m.add("txmsg_local_transactions_total", 1, "topic", msg.Topic, "result", state.String())
 }
 
 // OnCheckBack implements txmsg.HookCheckBack.
-func (m *Metrics) OnCheckBack(_, _ string, state txmsg.LocalState, _ error, _ time.Duration) {
-	answer := map[txmsg.LocalState]string{txmsg.StateCommitted: "commit", txmsg.StateRolledBack: "rollback"}[state]
-	if answer == "" {
-		answer = "unknown"
-	}
-	m.add("txmsg_checkbacks_total", 1, "answer", answer)
+func (m *Metrics) OnCheckBack(group, _, topic string, state txmsg.LocalState, _ error, _ time.Duration) {
+	m.add("txmsg_checkbacks_total", 1, "group", group, "topic", topic, "result", state.String())
 }
 
 // OnRelayBatch implements txmsg.HookRelayBatch.
-func (m *Metrics) OnRelayBatch(_ context.Context, size, failed int, _ time.Duration) {
-	m.add("txmsg_relay_batches_total", 1)
-	m.add("txmsg_relay_messages_total", float64(size-failed), "result", "published")
-	m.add("txmsg_relay_messages_total", float64(failed), "result", "failed")
+func (m *Metrics) OnRelayBatch(_ context.Context, relay, table string, size, failed int, _ time.Duration) {
+	m.add("txmsg_relay_batches_total", 1, "relay", relay, "table", table)
+	m.add("txmsg_relay_messages_total", float64(size-failed), "relay", relay, "table", table, "result", "ok")
+	m.add("txmsg_relay_messages_total", float64(failed), "relay", relay, "table", table, "result", "error")
 }
 
 // OnConsumed implements txmsg.HookConsumed.
 func (m *Metrics) OnConsumed(_ context.Context, group string, r *txmsg.Received, outcome txmsg.Outcome, err error, _ time.Duration) {
 	o := outcome.String()
-	if err != nil {
-		o = "failed"
+	if err != nil || o == "failed" {
+		o = "error"
 	}
-	m.add("txmsg_consumer_messages_total", 1, "group", group, "topic", r.Message.Topic, "outcome", o)
+	m.add("txmsg_consumer_messages_total", 1, "group", group, "topic", r.Message.Topic, "result", o)
 }
 
 // outboxGauges reads the outbox's depth now, as adapters/txprom's

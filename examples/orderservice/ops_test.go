@@ -87,13 +87,13 @@ func TestHealthzAndMetrics(t *testing.T) {
 
 			topic := `topic="` + e.cfg.Topic + `"`
 			want := []string{
-				`txmsg_local_transactions_total{` + topic + `,state="committed"} 1`,
-				`txmsg_consumer_messages_total{group="` + e.cfg.ConsumerGroup + `",` + topic + `,outcome="handled"} 1`,
+				`txmsg_local_transactions_total{` + topic + `,result="committed"} 1`,
+				`txmsg_consumer_messages_total{group="` + e.cfg.ConsumerGroup + `",` + topic + `,result="handled"} 1`,
 			}
 			if e.cfg.Mode == ModeTransactional {
 				want = append(want, `txmsg_half_sends_total{`+topic+`,result="ok"} 1`)
 			} else {
-				want = append(want, `txmsg_relay_messages_total{result="published"} 1`, `txmsg_outbox_rows{table="txmsg_outbox",status="sent"} 1`,
+				want = append(want, `table="txmsg_outbox",result="ok"} 1`, `txmsg_outbox_rows{table="txmsg_outbox",status="sent"} 1`,
 					`txmsg_outbox_oldest_pending_age_seconds{table="txmsg_outbox"} 0`)
 			}
 			var metrics string

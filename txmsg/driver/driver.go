@@ -61,7 +61,8 @@
 // before Message.Validate in Transact, [HalfSent] and [LocalDone] in
 // transactional mode, [LocalDone] in local-table mode, [CheckBack] after
 // each answered check-back, [Held] when a transaction's outcome cannot be
-// known, [RelayBatch] and [RelayUnavailable] in a relay. A consumer that
+// known, [RelayBatch] and [RelayUnavailable] in a relay, [InvalidSend]
+// when Message.Validate refused a message in Transact. A consumer that
 // calls [Process] or [ParkFailed] need not call [BeforeHandle] or
 // [Consumed] itself: the inbox's hooks are called there. Every dispatch
 // function recovers a panicking hook and goes on with the others.
@@ -95,12 +96,13 @@ var (
 	beforeSend       = fn[func(txmsg.Hooks, context.Context, *txmsg.Message)]("BeforeSend", bridge.BeforeSend)
 	halfSent         = fn[func(txmsg.Hooks, context.Context, *txmsg.Message, error, time.Duration)]("HalfSent", bridge.HalfSent)
 	localDone        = fn[func(txmsg.Hooks, context.Context, *txmsg.Message, txmsg.LocalState, error, time.Duration)]("LocalDone", bridge.LocalDone)
-	checkBack        = fn[func(txmsg.Hooks, string, string, txmsg.LocalState, error, time.Duration)]("CheckBack", bridge.CheckBack)
-	held             = fn[func(txmsg.Hooks, string, string, error)]("Held", bridge.Held)
-	relayBatch       = fn[func(txmsg.Hooks, context.Context, int, int, time.Duration)]("RelayBatch", bridge.RelayBatch)
-	relayUnavailable = fn[func(txmsg.Hooks, context.Context, int, error)]("RelayUnavailable", bridge.RelayUnavailable)
+	checkBack        = fn[func(txmsg.Hooks, string, string, string, txmsg.LocalState, error, time.Duration)]("CheckBack", bridge.CheckBack)
+	held             = fn[func(txmsg.Hooks, string, string, string, error)]("Held", bridge.Held)
+	relayBatch       = fn[func(txmsg.Hooks, context.Context, string, string, int, int, time.Duration)]("RelayBatch", bridge.RelayBatch)
+	relayUnavailable = fn[func(txmsg.Hooks, context.Context, string, string, int, error)]("RelayUnavailable", bridge.RelayUnavailable)
 	beforeHandle     = fn[func(txmsg.Hooks, context.Context, string, *txmsg.Received) context.Context]("BeforeHandle", bridge.BeforeHandle)
 	consumed         = fn[func(txmsg.Hooks, context.Context, string, *txmsg.Received, txmsg.Outcome, error, time.Duration)]("Consumed", bridge.Consumed)
+	invalidSend      = fn[func(txmsg.Hooks, context.Context, *txmsg.Message, error)]("InvalidSend", bridge.InvalidSend)
 	callLocal        = fn[func(context.Context, *gorm.DB, txmsg.LocalTx) error]("CallLocal", bridge.CallLocal)
 	process          = fn[func(txmsg.Route, context.Context, *txmsg.Inbox, string, *txmsg.Received) (txmsg.Outcome, error)]("Process", bridge.Process)
 	run              = fn[func(*txmsg.Inbox, context.Context, string, string, string, func(context.Context, *gorm.DB) error) (txmsg.Outcome, error)]("Run", bridge.Run)
@@ -133,24 +135,33 @@ func LocalDone(hs txmsg.Hooks, ctx context.Context, msg *txmsg.Message, state tx
 	localDone(hs, ctx, msg, state, err, took)
 }
 
-// CheckBack calls every [txmsg.HookCheckBack] of hs.
-func CheckBack(hs txmsg.Hooks, txID, topic string, state txmsg.LocalState, err error, took time.Duration) {
-	checkBack(hs, txID, topic, state, err, took)
+// CheckBack calls every [txmsg.HookCheckBack] of hs; group is the
+// producer group that answered.
+func CheckBack(hs txmsg.Hooks, group, txID, topic string, state txmsg.LocalState, err error, took time.Duration) {
+	checkBack(hs, group, txID, topic, state, err, took)
 }
 
-// Held calls every [txmsg.HookHeld] of hs.
-func Held(hs txmsg.Hooks, txID, topic string, err error) {
-	held(hs, txID, topic, err)
+// Held calls every [txmsg.HookHeld] of hs; group is the sweeper's
+// consumer group.
+func Held(hs txmsg.Hooks, group, txID, topic string, err error) {
+	held(hs, group, txID, topic, err)
 }
 
-// RelayBatch calls every [txmsg.HookRelayBatch] of hs.
-func RelayBatch(hs txmsg.Hooks, ctx context.Context, size, failed int, took time.Duration) {
-	relayBatch(hs, ctx, size, failed, took)
+// RelayBatch calls every [txmsg.HookRelayBatch] of hs; relay is the
+// relay's name, table its outbox table.
+func RelayBatch(hs txmsg.Hooks, ctx context.Context, relay, table string, size, failed int, took time.Duration) {
+	relayBatch(hs, ctx, relay, table, size, failed, took)
 }
 
 // RelayUnavailable calls every [txmsg.HookRelayUnavailable] of hs.
-func RelayUnavailable(hs txmsg.Hooks, ctx context.Context, rows int, err error) {
-	relayUnavailable(hs, ctx, rows, err)
+func RelayUnavailable(hs txmsg.Hooks, ctx context.Context, relay, table string, rows int, err error) {
+	relayUnavailable(hs, ctx, relay, table, rows, err)
+}
+
+// InvalidSend calls every [txmsg.HookInvalidSend] of hs. Transact calls it
+// when Message.Validate refused msg, with that error.
+func InvalidSend(hs txmsg.Hooks, ctx context.Context, msg *txmsg.Message, err error) {
+	invalidSend(hs, ctx, msg, err)
 }
 
 // BeforeHandle calls every [txmsg.HookBeforeHandle] of hs, threading the

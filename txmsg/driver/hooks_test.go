@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -101,4 +102,46 @@ func TestHookPanicsAreLoggedOncePerHookAndKind(t *testing.T) {
 	driver.BeforeSend(hs2, context.Background(), m)
 	require.Equal(t, 2, strings.Count(buf2.String(), "send hook broke"))
 	require.Len(t, strings.Split(strings.TrimSpace(buf.String()), "\n"), 4)
+}
+
+// labelHook records what the hooks whose signatures name a component see.
+type labelHook struct{ events []string }
+
+func (h *labelHook) OnCheckBack(group, txID, topic string, state txmsg.LocalState, _ error, _ time.Duration) {
+	h.events = append(h.events, "checkback "+group+" "+txID+" "+topic+" "+state.String())
+}
+func (h *labelHook) OnHeld(group, txID, topic string, _ error) {
+	h.events = append(h.events, "held "+group+" "+txID+" "+topic)
+}
+func (h *labelHook) OnRelayBatch(_ context.Context, relay, table string, size, failed int, _ time.Duration) {
+	h.events = append(h.events, fmt.Sprintf("batch %s %s %d %d", relay, table, size, failed))
+}
+func (h *labelHook) OnRelayUnavailable(_ context.Context, relay, table string, rows int, _ error) {
+	h.events = append(h.events, fmt.Sprintf("unavailable %s %s %d", relay, table, rows))
+}
+func (h *labelHook) OnInvalidSend(_ context.Context, msg *txmsg.Message, err error) {
+	h.events = append(h.events, "invalid "+msg.Topic+" "+fmt.Sprint(errors.Is(err, txmsg.ErrInvalidMessage)))
+}
+
+// TestHooksReceiveComponentNames: the dispatch functions hand each hook
+// the group, relay and table they are given, and a hook that implements
+// only HookInvalidSend is a valid hook.
+func TestHooksReceiveComponentNames(t *testing.T) {
+	t.Parallel()
+	h := &labelHook{}
+	hs, err := driver.BindHooks(txmsg.Hooks{h}, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	driver.CheckBack(hs, "pg", "id1", "t", txmsg.StateCommitted, nil, 0)
+	driver.Held(hs, "sg", "id2", "t", errors.New("purged"))
+	driver.RelayBatch(hs, ctx, "r1", "txmsg_outbox", 3, 1, time.Millisecond)
+	driver.RelayUnavailable(hs, ctx, "r1", "txmsg_outbox", 2, txmsg.ErrUnavailable)
+	driver.InvalidSend(hs, ctx, &txmsg.Message{Topic: "t"}, fmt.Errorf("%w: no body", txmsg.ErrInvalidMessage))
+	require.Equal(t, []string{
+		"checkback pg id1 t committed", "held sg id2 t", "batch r1 txmsg_outbox 3 1",
+		"unavailable r1 txmsg_outbox 2", "invalid t true",
+	}, h.events)
+
+	type onlyInvalid struct{ txmsg.HookInvalidSend }
+	require.NoError(t, txmsg.Hooks{onlyInvalid{h}}.Validate())
 }

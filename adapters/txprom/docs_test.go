@@ -1,0 +1,321 @@
+package txprom_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/txmsg/txmsg/adapters/outbox"
+	txprom "github.com/txmsg/txmsg/adapters/txprom"
+	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// docsDir is the repository's docs directory, seen from this package.
+var docsDir = filepath.Join("..", "..", "docs")
+
+// constLabels are the registries' constant labels in these tests; the
+// checks below leave them out of the labels they compare.
+var constLabels = prom.Labels{"service": "test"}
+
+// declared builds, against the real broker and database, a registry with
+// every kind of component declared and no event yet: a transactional
+// producer and its check-back cache, a sweeper, an outbox with its
+// collector and a relay, and a consumer.
+func declared(t *testing.T) *prom.Registry {
+	t.Helper()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(testbed.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelError}))
+	db := testbed.DB(t)
+	topic := testbed.Topic(t)
+	reg := prom.NewRegistry()
+	m := txprom.New(txprom.Config{ConstLabels: constLabels})
+	reg.MustRegister(m)
+	conn := txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}
+
+	chk, err := checker.New(db, checker.Config{Logger: log})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	group := testbed.Name(t, "pg")
+	tr, err := txrmq.NewTransactional(db, chk, txrmq.TransactionalConfig{Conn: conn, Group: group, Hooks: txmsg.Hooks{m}, Topics: []string{topic}})
+	require.NoError(t, err)
+	m.AddTransactional(group, topic)
+	txprom.WatchCheckBackCache(m, group, tr.CheckBackCacheStats)
+	m.AddSweeper(testbed.Name(t, "sweeper"), topic)
+
+	ob, err := outbox.New(db, outbox.Config{Logger: log, Hooks: txmsg.Hooks{m}})
+	require.NoError(t, err)
+	require.NoError(t, ob.Migrate(ctx))
+	m.AddOutbox(topic)
+	oc, err := txprom.NewOutboxCollector(ob.Stats, txprom.OutboxConfig{Table: ob.Table(), Metrics: m})
+	require.NoError(t, err)
+	reg.MustRegister(oc)
+	pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: conn, Group: testbed.Name(t, "relay")})
+	require.NoError(t, err)
+	relay, err := outbox.NewRelay(ob, pub, outbox.RelayConfig{Logger: log, Hooks: txmsg.Hooks{m}})
+	require.NoError(t, err)
+	m.AddRelay(relay.Name(), ob.Table())
+
+	m.AddConsumer(testbed.Name(t, "cg"), topic)
+	return reg
+}
+
+// family is what a gathered metric family or a documented row says.
+type family struct {
+	typ    string
+	labels map[string][]string // label name → values (sorted; empty when free)
+}
+
+// gathered returns reg's families by name, their label names and, for
+// each, the values its series have, leaving out the constant labels.
+func gathered(t *testing.T, reg prom.Gatherer) map[string]family {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]family{}
+	for _, mf := range mfs {
+		f := family{typ: strings.ToLower(mf.GetType().String()), labels: map[string][]string{}}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if _, ok := constLabels[lp.GetName()]; ok {
+					require.Equal(t, constLabels[lp.GetName()], lp.GetValue(), "%s carries the constant labels", mf.GetName())
+					continue
+				}
+				if !slices.Contains(f.labels[lp.GetName()], lp.GetValue()) {
+					f.labels[lp.GetName()] = append(f.labels[lp.GetName()], lp.GetValue())
+				}
+			}
+			require.Len(t, m.GetLabel(), len(f.labels)+len(constLabels), "%s: every series has every label", mf.GetName())
+		}
+		for _, v := range f.labels {
+			sort.Strings(v)
+		}
+		out[mf.GetName()] = f
+	}
+	return out
+}
+
+var (
+	docLabel = regexp.MustCompile("`([a-z_]+)`(?:\\s*\\(([^)]*)\\))?")
+	docName  = regexp.MustCompile("^`(txmsg_[a-z_]+)`$")
+)
+
+// documented parses the metrics table of docs/operations.md: name, type,
+// labels and, where the table lists them in parentheses, their values.
+func documented(t *testing.T) map[string]family {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(docsDir, "operations.md"))
+	require.NoError(t, err)
+	lines := strings.Split(string(b), "\n")
+	start := slices.Index(lines, "| metric | type | labels | fed by |")
+	require.NotEqual(t, -1, start, "docs/operations.md has the metrics table")
+	out := map[string]family{}
+	for _, line := range lines[start+2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(line, "|")
+		require.GreaterOrEqual(t, len(cells), 5, line)
+		name := docName.FindStringSubmatch(strings.TrimSpace(cells[1]))
+		require.NotNil(t, name, "a metric name in backquotes: %s", line)
+		f := family{typ: strings.TrimSpace(cells[2]), labels: map[string][]string{}}
+		for _, l := range docLabel.FindAllStringSubmatch(cells[3], -1) {
+			var values []string
+			if l[2] != "" {
+				for _, v := range strings.Split(l[2], ",") {
+					values = append(values, strings.TrimSpace(v))
+				}
+				sort.Strings(values)
+			}
+			f.labels[l[1]] = values
+		}
+		_, dup := out[name[1]]
+		require.False(t, dup, "%s is documented once", name[1])
+		out[name[1]] = f
+	}
+	return out
+}
+
+// TestOperationsMetricsTable checks the metrics table of
+// docs/operations.md against what a registry with every component
+// declared exports: the same names, types and labels, and the same values
+// where the table lists them.
+func TestOperationsMetricsTable(t *testing.T) {
+	t.Parallel()
+	got := gathered(t, declared(t))
+	doc := documented(t)
+	require.ElementsMatch(t, keys(doc), keys(got), "docs/operations.md's metrics table lists the registered metrics")
+	for name, d := range doc {
+		g := got[name]
+		require.Equal(t, d.typ, g.typ, "%s's type", name)
+		require.ElementsMatch(t, keys(d.labels), keys(g.labels), "%s's labels", name)
+		for l, values := range d.labels {
+			if values != nil {
+				require.Equal(t, values, g.labels[l], "%s's %s values (documented, pre-created)", name, l)
+			}
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// alertRules is the part of a Prometheus rule file the test reads.
+type alertRules struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+var (
+	promString   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	promName     = regexp.MustCompile(`\b[a-zA-Z_:][a-zA-Z0-9_:]*\b`)
+	promSelector = regexp.MustCompile(`\b(txmsg_[a-z0-9_]+)\s*(\{[^}]*\})?`)
+	promMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
+	promGrouping = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	promRange    = regexp.MustCompile(`\[[0-9a-z]+\]`)
+	promBraces   = regexp.MustCompile(`\{[^}]*\}`)
+	templateVar  = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+	// promWords are the PromQL words the rules may use besides metric names.
+	promWords = []string{"by", "without", "sum", "max", "min", "avg", "count", "rate", "increase", "irate", "delta", "abs", "on", "ignoring", "and", "or", "unless", "bool"}
+)
+
+// TestAlertRulesMatchMetrics checks docs/alerts.yml against a registry
+// with every component declared and no event yet: every metric a rule
+// reads is registered, every label it matches or aggregates by is one of
+// that metric's, every series it selects exists (a counter at 0), and
+// every $labels variable of its annotations survives its aggregation.
+func TestAlertRulesMatchMetrics(t *testing.T) {
+	t.Parallel()
+	reg := declared(t)
+	got := gathered(t, reg)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+
+	b, err := os.ReadFile(filepath.Join(docsDir, "alerts.yml"))
+	require.NoError(t, err)
+	var rules alertRules
+	require.NoError(t, yaml.Unmarshal(b, &rules))
+	require.NotEmpty(t, rules.Groups)
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			require.NotEmpty(t, r.Alert, "rule %d of group %s has a name", n, g.Name)
+			require.NotEmpty(t, r.Expr, r.Alert)
+			expr := r.Expr
+			// The expression without strings, ranges and label matchers
+			// (those are checked with their selectors below).
+			bare := promRange.ReplaceAllString(promString.ReplaceAllString(expr, `""`), "")
+			bare = promBraces.ReplaceAllString(bare, "")
+
+			// Every name is a registered metric or a PromQL word.
+			var used []string
+			for _, name := range promName.FindAllString(bare, -1) {
+				if slices.Contains(promWords, name) {
+					continue
+				}
+				if _, ok := got[name]; ok {
+					used = append(used, name)
+					continue
+				}
+				if slices.ContainsFunc(promGrouping.FindAllStringSubmatch(bare, -1), func(m []string) bool {
+					return slices.Contains(splitLabels(m[1]), name)
+				}) {
+					continue
+				}
+				t.Errorf("%s: %q is neither a registered metric nor a known PromQL word", r.Alert, name)
+			}
+			require.NotEmpty(t, used, "%s reads a txmsg metric", r.Alert)
+
+			// Selectors: known labels, and a series that exists before any event.
+			for _, sel := range promSelector.FindAllStringSubmatch(expr, -1) {
+				name, want := sel[1], map[string]string{}
+				f, ok := got[name]
+				require.True(t, ok, "%s: %s is registered", r.Alert, name)
+				for _, mt := range promMatcher.FindAllStringSubmatch(sel[2], -1) {
+					_, known := f.labels[mt[1]]
+					require.True(t, known, "%s: %s has no label %q", r.Alert, name, mt[1])
+					if mt[2] == "=" {
+						require.Contains(t, f.labels[mt[1]], mt[3], "%s: no %s series with %s=%q", r.Alert, name, mt[1], mt[3])
+						want[mt[1]] = mt[3]
+					}
+				}
+				require.True(t, seriesAtZero(mfs, name, want), "%s: %s%v exists (a counter at 0) before any event", r.Alert, name, want)
+			}
+
+			// Grouping labels are labels of the metrics the rule reads.
+			var grouped []string
+			for _, gr := range promGrouping.FindAllStringSubmatch(bare, -1) {
+				for _, l := range splitLabels(gr[1]) {
+					require.True(t, slices.ContainsFunc(used, func(name string) bool { _, ok := got[name].labels[l]; return ok }),
+						"%s: no metric it reads has the label %q", r.Alert, l)
+					grouped = append(grouped, l)
+				}
+			}
+			for _, text := range r.Annotations {
+				for _, v := range templateVar.FindAllStringSubmatch(text, -1) {
+					require.Contains(t, grouped, v[1], "%s: $labels.%s is not kept by the rule's aggregation", r.Alert, v[1])
+				}
+			}
+		}
+	}
+	require.GreaterOrEqual(t, n, 5)
+}
+
+func splitLabels(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// seriesAtZero reports whether name has a series with the labels want,
+// at 0 when it is a counter.
+func seriesAtZero(mfs []*dto.MetricFamily, name string, want map[string]string) bool {
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			return m.Counter == nil || m.Counter.GetValue() == 0
+		}
+	}
+	return false
+}
