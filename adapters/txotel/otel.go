@@ -20,6 +20,7 @@ package txotel
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -48,6 +49,33 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 }
 
+// WithDefaults returns c with its zero fields set to their defaults: the
+// global TracerProvider, the W3C trace-context propagator. It checks
+// nothing; see [Config.Validate].
+func (c Config) WithDefaults() Config {
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
+	return c
+}
+
+// Validate checks a config that went through [Config.WithDefaults]: a
+// field left nil is refused. Its errors wrap txmsg.ErrInvalidConfig and
+// name the field. [New] applies WithDefaults, so it never gets a config
+// Validate refuses.
+func (c Config) Validate() error {
+	if c.TracerProvider == nil {
+		return fmt.Errorf("%w: txotel: TracerProvider is nil; call WithDefaults first", txmsg.ErrInvalidConfig)
+	}
+	if c.Propagator == nil {
+		return fmt.Errorf("%w: txotel: Propagator is nil; call WithDefaults first", txmsg.ErrInvalidConfig)
+	}
+	return nil
+}
+
 // Tracing is the tracing hook. It is safe for concurrent use.
 type Tracing struct {
 	tracer trace.Tracer
@@ -64,12 +92,7 @@ var (
 
 // New returns a Tracing hook.
 func New(cfg Config) *Tracing {
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = otel.GetTracerProvider()
-	}
-	if cfg.Propagator == nil {
-		cfg.Propagator = propagation.TraceContext{}
-	}
+	cfg = cfg.WithDefaults()
 	return &Tracing{tracer: cfg.TracerProvider.Tracer(ScopeName), prop: cfg.Propagator}
 }
 

@@ -229,3 +229,12 @@ func TestTraceReachesHandlerOutbox(t *testing.T) {
 	got, _ := seen.get(receipt.ID)
 	require.Equal(t, root.SpanContext().TraceID(), got)
 }
+
+// TestConfigWithDefaultsThenValidate: the zero config, defaulted, is
+// valid; Validate alone refuses it and names the field.
+func TestConfigWithDefaultsThenValidate(t *testing.T) {
+	require.NoError(t, txotel.Config{}.WithDefaults().Validate())
+	err := txotel.Config{}.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "TracerProvider")
+}

@@ -2,6 +2,9 @@ package txprom
 
 import (
 	"context"
+	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +55,54 @@ type Config struct {
 	// 2, 5, 10, 20, 50, 100, 200, 500, 1000.
 	BatchSizeBuckets []float64
 }
+
+// WithDefaults returns c with its zero fields set to their defaults:
+// Buckets prometheus.DefBuckets, BatchSizeBuckets 1 to 1000. It checks
+// nothing; see [Config.Validate].
+func (c Config) WithDefaults() Config {
+	if c.Buckets == nil {
+		c.Buckets = prom.DefBuckets
+	}
+	if c.BatchSizeBuckets == nil {
+		c.BatchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+	}
+	return c
+}
+
+// Validate checks a config that went through [Config.WithDefaults]: the
+// ConstLabels' names are valid Prometheus label names and no metric's
+// own label, and the buckets increase. Its errors wrap
+// txmsg.ErrInvalidConfig and name the field. [New] does not call it: a
+// config it would refuse makes the registration fail instead, with
+// Prometheus's error.
+func (c Config) Validate() error {
+	own := map[string]bool{"group": true, "topic": true, "relay": true, "table": true, "result": true, "status": true}
+	for name := range c.ConstLabels {
+		if !labelName.MatchString(name) || strings.HasPrefix(name, "__") {
+			return fmt.Errorf("%w: txprom: ConstLabels: %q is not a Prometheus label name", txmsg.ErrInvalidConfig, name)
+		}
+		if own[name] {
+			return fmt.Errorf("%w: txprom: ConstLabels: %q is a label of txmsg's metrics", txmsg.ErrInvalidConfig, name)
+		}
+	}
+	for _, b := range []struct {
+		field string
+		v     []float64
+	}{{"Buckets", c.Buckets}, {"BatchSizeBuckets", c.BatchSizeBuckets}} {
+		if len(b.v) == 0 {
+			return fmt.Errorf("%w: txprom: %s is empty", txmsg.ErrInvalidConfig, b.field)
+		}
+		for i := 1; i < len(b.v); i++ {
+			if b.v[i] <= b.v[i-1] {
+				return fmt.Errorf("%w: txprom: %s must increase: %v", txmsg.ErrInvalidConfig, b.field, b.v)
+			}
+		}
+	}
+	return nil
+}
+
+// labelName matches a Prometheus label name.
+var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // Metrics counts txmsg's events. It implements the hooks of both modes,
 // of relays, sweepers and consumers, and prometheus.Collector: register it
@@ -108,12 +159,7 @@ var (
 // documentation. Register it with a registry before scraping, and declare
 // the process's components (see [Metrics]).
 func New(cfg Config) *Metrics {
-	if cfg.Buckets == nil {
-		cfg.Buckets = prom.DefBuckets
-	}
-	if cfg.BatchSizeBuckets == nil {
-		cfg.BatchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
-	}
+	cfg = cfg.WithDefaults()
 	counter := func(name, help string, labels ...string) *prom.CounterVec {
 		return prom.NewCounterVec(prom.CounterOpts{Namespace: "txmsg", Name: name, Help: help, ConstLabels: cfg.ConstLabels}, labels)
 	}
