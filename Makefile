@@ -130,7 +130,7 @@ test-broker-faults:
 ## and tunes nothing (on 5.3.3, check-backs once a half message is 6 s old, 30 s apart), on ports of its own
 ## (name server 18876, broker 19911; the default-port broker is never touched), from an empty store, stopped
 ## after. The packages' other tests skip. The broker does not start when its disk is more than 85% used (above
-## that a stock broker deletes stored messages; above 90% it refuses them). About 1 min. See docs/testing.md.
+## that a stock broker deletes stored messages; above 90% it refuses them). About 90 s. See docs/testing.md.
 STOCK_ENV = TXMSG_NAMESRV=127.0.0.1:18876 TXMSG_BROKER=127.0.0.1:19911
 test-stock:
 	$(MYSQL_UP)

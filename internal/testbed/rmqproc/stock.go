@@ -65,6 +65,11 @@ func CheckStockDisk(dir string) error {
 	if err != nil {
 		return fmt.Errorf("cannot tell how full the disk holding %s is: %w", dir, err)
 	}
+	return stockDiskError(dir, pct)
+}
+
+// stockDiskError is [CheckStockDisk]'s verdict on a disk pct% used.
+func stockDiskError(dir string, pct float64) error {
 	if pct <= StockDiskCleanForciblyRatio {
 		return nil
 	}

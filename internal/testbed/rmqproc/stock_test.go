@@ -74,3 +74,22 @@ func TestDiskUsage(t *testing.T) {
 	}
 	t.Logf("the disk of the temporary directory is %.1f%% used", pct)
 }
+
+// A disk fuller than a stock broker works with gets an error that says
+// how full it is and which broker settings that crosses.
+func TestStockDiskError(t *testing.T) {
+	t.Parallel()
+	if err := stockDiskError("/store", 85); err != nil {
+		t.Errorf("85%%: %v", err)
+	}
+	err := stockDiskError("/store", 91.2)
+	if err == nil {
+		t.Fatal("91% used: no error")
+	}
+	for _, want := range []string{"/store is 91% used", "diskSpaceCleanForciblyRatio", "diskSpaceWarningLevelRatio", "refuses every message", "TXMSG_CACHE"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	t.Log(err)
+}
