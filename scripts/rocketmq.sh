@@ -11,6 +11,10 @@
 #                                Maven Central (start does it when they are missing)
 #   scripts/rocketmq.sh start --cluster, scripts/rocketmq.sh kill broker-a, ...
 #                                the cluster form
+#   scripts/rocketmq.sh --stock start
+#                                the broker with RocketMQ's stock settings
+#                                (scripts/rocketmq/stock.conf, not broker.conf),
+#                                on ports of its own (make test-stock)
 #
 # Every verb but fetch runs ./internal/testbed/cmd/rmq (built into
 # <cache>/bin/rmq), a command over the Go package internal/testbed/rmqproc,
@@ -68,7 +72,7 @@ fetch() {
 }
 
 usage() {
-	echo "usage: $0 [--cluster] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker-a|broker-b]" >&2
+	echo "usage: $0 [--cluster | --stock] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker-a|broker-b]" >&2
 	echo "       $0 fetch" >&2
 	exit 2
 }

@@ -15,6 +15,7 @@ import (
 
 func TestOutboxConformance(t *testing.T) {
 	t.Parallel()
+	testbed.RunsOnStockBroker(t)
 	txmsgtest.RunTransactor(t, func(t *testing.T) txmsgtest.TransactorEnv {
 		testbed.RequireBroker(t)
 		db := testbed.DB(t)

@@ -19,6 +19,7 @@ import (
 
 func TestTransactionalConformance(t *testing.T) {
 	t.Parallel()
+	testbed.RunsOnStockBroker(t)
 	txmsgtest.RunTransactor(t, func(t *testing.T) txmsgtest.TransactorEnv {
 		testbed.RequireBroker(t)
 		db := testbed.DB(t)
@@ -39,6 +40,7 @@ func TestTransactionalConformance(t *testing.T) {
 
 func TestPublisherConformance(t *testing.T) {
 	t.Parallel()
+	testbed.RunsOnStockBroker(t)
 	txmsgtest.RunPublisher(t, func(t *testing.T) txmsgtest.PublisherEnv {
 		testbed.RequireBroker(t)
 		topic := testbed.Topic(t)

@@ -132,6 +132,15 @@ func (o *Observer) Delivered(t testing.TB, id string) {
 	o.waitFor(t, id, time.Minute)
 }
 
+// DeliveredWithin waits up to d for id's first delivery and returns how
+// long it waited.
+func (o *Observer) DeliveredWithin(t testing.TB, id string, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	o.waitFor(t, id, d)
+	return time.Since(start)
+}
+
 func (o *Observer) waitFor(t testing.TB, id string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)

@@ -2,10 +2,13 @@ package testbed
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 )
 
 // Tests choose themselves: a test that needs more than the everyday test
@@ -22,7 +25,11 @@ import (
 //   - TXMSG_BROKER_RESTART=1: a broker of the run's own that tests kill and
 //     restart ([RequireRestartableBroker]);
 //   - TXMSG_EXPIRING_BROKER=1: a broker that deletes its commit-log files
-//     within seconds ([RunsOnExpiringBroker]).
+//     within seconds ([RunsOnExpiringBroker]);
+//   - TXMSG_NAMESRV and TXMSG_BROKER naming a broker the test bed started
+//     with RocketMQ's stock settings (scripts/rocketmq.sh --stock start):
+//     no variable of its own, the broker's config file says so
+//     ([RunsOnStockBroker]).
 //
 // In such a run every other test skips as soon as it asks the test bed for
 // a service ([RequireBroker], [DB], [DBWithDSN], [Topic], [Observe]), and
@@ -32,7 +39,7 @@ import (
 // specialBroker is a kind of broker a run can be made for.
 type specialBroker struct {
 	what   string // what the broker is, for messages
-	env    string // the environment that makes a run one for it
+	env    string // the environment that makes a run one for it, for messages
 	target string // the make target that makes such a run
 	on     func() bool
 }
@@ -40,7 +47,7 @@ type specialBroker struct {
 var (
 	clusterRun = &specialBroker{
 		what:   "the two-broker cluster",
-		env:    "TXMSG_CLUSTER_NAMESRV",
+		env:    "TXMSG_CLUSTER_NAMESRV is set",
 		target: "make test-cluster",
 		on:     func() bool { return ClusterNameServer() != "" },
 	}
@@ -56,7 +63,13 @@ var (
 		target: "make test-broker-faults",
 		on:     func() bool { return os.Getenv(ExpiringBrokerEnv) == "1" },
 	}
-	specialBrokers = []*specialBroker{clusterRun, restartRun, expiringRun}
+	stockRun = &specialBroker{
+		what:   "a broker with RocketMQ's stock settings",
+		env:    "TXMSG_BROKER names a broker started with scripts/rocketmq.sh --stock",
+		target: "make test-stock",
+		on:     stockBroker,
+	}
+	specialBrokers = []*specialBroker{clusterRun, restartRun, expiringRun, stockRun}
 )
 
 // ExpiringBrokerEnv, set to 1, says the test broker deletes its
@@ -118,7 +131,7 @@ func asked(t testing.TB, s *specialBroker) bool {
 func skipUnlessFor(t testing.TB) {
 	t.Helper()
 	if s := specialRun(); s != nil && !asked(t, s) {
-		t.Skipf("this run is for the tests that need %s (%s is set); this test needs no such broker and runs in make test", s.what, s.env)
+		t.Skipf("this run is for the tests that need %s (%s); this test needs no such broker and runs in make test", s.what, s.env)
 	}
 }
 
@@ -141,4 +154,53 @@ func SkipOnServerDefaults(t testing.TB, why string) {
 	if UseServerDefaults() {
 		t.Skipf("not run on databases with the server's defaults (%s=1): %s", DefaultsEnv, why)
 	}
+}
+
+// stockForms caches, per name server, broker and cache, whether the test
+// bed started that broker in the stock form.
+var stockForms sync.Map
+
+// stockBroker reports whether the broker of TXMSG_NAMESRV and
+// TXMSG_BROKER is one the test bed started with RocketMQ's stock settings
+// ([rmqproc.Config.Stock]). The everyday ports never are.
+func stockBroker() bool {
+	if NameServer() == DefaultNameServer && Broker() == DefaultBroker {
+		return false
+	}
+	key := strings.Join([]string{NameServer(), Broker(), os.Getenv("TXMSG_CACHE"), os.Getenv("TXMSG_RMQ_VERSION")}, "|")
+	if v, ok := stockForms.Load(key); ok {
+		return v.(bool)
+	}
+	stock := false
+	if cfg, err := rmqproc.FromEnv(false); err == nil {
+		cfg.ExtraConf = "" // a stock broker has none; not needed to find it
+		cfg.Log = io.Discard
+		if in, err := rmqproc.New(cfg); err == nil {
+			stock = in.Stock()
+		}
+	}
+	stockForms.Store(key, stock)
+	return stock
+}
+
+// RunsOnStockBroker says that t runs on a broker with RocketMQ's stock
+// settings (make test-stock: transaction check-backs after 6 s, 30 s
+// apart, on RocketMQ 5.3.3) as well as on the everyday broker, and reports
+// whether this run's broker is such a one. Call it before t asks for any
+// service. On a stock broker it skips t, or fails it with
+// TXMSG_REQUIRE_SERVICES=1, when the broker's disk is fuller than a stock
+// broker works with ([rmqproc.CheckStockDisk]).
+func RunsOnStockBroker(t testing.TB) bool {
+	t.Helper()
+	declare(t, stockRun)
+	if !stockRun.on() {
+		return false
+	}
+	if err := rmqproc.CheckStockDisk(LocalBroker(t).Dir()); err != nil {
+		if Required() {
+			t.Fatal(err.Error() + " (TXMSG_REQUIRE_SERVICES=1)")
+		}
+		t.Skip(err.Error())
+	}
+	return true
 }

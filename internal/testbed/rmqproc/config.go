@@ -93,6 +93,12 @@ type Config struct {
 	// ExtraConf is a file of broker settings appended to
 	// scripts/rocketmq/broker.conf (later lines win); jar mode only.
 	ExtraConf string
+	// Stock runs the broker with RocketMQ's own defaults: its config file
+	// is scripts/rocketmq/stock.conf, which names the instance and tunes
+	// nothing, instead of scripts/rocketmq/broker.conf. Jar mode, one
+	// broker on ports other than the default ones, no ExtraConf. See
+	// [Instance.Stock] and [CheckStockDisk].
+	Stock bool
 	// Mode is how the processes run. Default [ModeAuto].
 	Mode Mode
 	// ReadyTimeout bounds the wait for readiness at start. Default 120 s.
@@ -259,6 +265,16 @@ func (cfg *Config) normalize() error {
 	if cfg.Log == nil {
 		cfg.Log = os.Stderr
 	}
+	if cfg.Stock {
+		switch {
+		case cfg.Cluster:
+			return errors.New("the stock form is a single broker, not the cluster form")
+		case cfg.ExtraConf != "":
+			return fmt.Errorf("the stock form takes no extra settings: unset TXMSG_RMQ_EXTRA_CONF (%s)", cfg.ExtraConf)
+		case cfg.Mode == ModeDocker:
+			return errors.New("the stock form runs from the jars: unset TXMSG_ROCKETMQ_MODE or set it to jar")
+		}
+	}
 	if cfg.ExtraConf != "" {
 		if f, err := os.Open(cfg.ExtraConf); err != nil {
 			return fmt.Errorf("TXMSG_RMQ_EXTRA_CONF: cannot read %q: %w", cfg.ExtraConf, err)
@@ -316,6 +332,10 @@ func (cfg *Config) normalize() error {
 		}
 	} else {
 		cfg.Brokers = []Broker{{"broker-a", cfg.Brokers[0].Addr}}
+	}
+	if cfg.Stock && (nsPort == defaultNSPort || brokerPortsOverlap(ports[0], defaultBrokerPort)) {
+		return fmt.Errorf("the stock form runs on ports of its own, not the everyday test bed's %d/%d: set TXMSG_NAMESRV and TXMSG_BROKER (make test-stock uses 127.0.0.1:18876 and 127.0.0.1:19911)",
+			defaultNSPort, defaultBrokerPort)
 	}
 	return nil
 }

@@ -52,6 +52,26 @@ func TestConfigChecks(t *testing.T) {
 			c.Mode = ModeDocker
 			return c
 		}(), "jars"},
+		{"stock", func() Config {
+			c := single("127.0.0.1:18876", "127.0.0.1:19911")
+			c.Stock = true
+			return c
+		}(), ""},
+		{"stock on the default ports", func() Config {
+			c := single(DefaultNameServer, DefaultBroker)
+			c.Stock = true
+			return c
+		}(), "ports of its own"},
+		{"stock with extra settings", func() Config {
+			c := single("127.0.0.1:18876", "127.0.0.1:19911")
+			c.Stock, c.ExtraConf = true, "/nonexistent.conf"
+			return c
+		}(), "no extra settings"},
+		{"stock cluster", func() Config {
+			c := cluster(DefaultClusterNameServer, DefaultClusterBrokers)
+			c.Stock = true
+			return c
+		}(), "single broker"},
 		{"missing extra conf", func() Config {
 			c := single(DefaultNameServer, DefaultBroker)
 			c.ExtraConf = "/nonexistent.conf"

@@ -160,6 +160,14 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 	case ModeDocker:
 		return in.dockerStart(ctx)
 	}
+	if in.cfg.Stock {
+		if err := CheckStockDisk(in.dir); err != nil {
+			return fmt.Errorf("%w: %w", errStockDisk, err)
+		}
+		pct, _ := DiskUsage(in.dir)
+		in.logf("stock form: %s (RocketMQ's own defaults); the disk of %s is %.0f%% used (refused above %d%%)",
+			in.brokerConf(), in.dir, pct, StockDiskCleanForciblyRatio)
+	}
 	unlock, err := lockDir(in.dir, ".lock", 10*time.Minute)
 	if err != nil {
 		return err
@@ -206,6 +214,10 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 	}
 	for _, b := range targets {
 		if pid, ok := b.pid(); ok {
+			if !in.cfg.Cluster && in.Stock() != in.cfg.Stock {
+				return fmt.Errorf("the broker running from %s (pid %d) has the %s settings, not the %s ones: stop it first (scripts/rocketmq.sh stop, same TXMSG_NAMESRV and TXMSG_BROKER)",
+					in.dir, pid, formName(in.Stock()), formName(in.cfg.Stock))
+			}
 			in.logf("%s already running (pid %d)", b.name, pid)
 			continue
 		}

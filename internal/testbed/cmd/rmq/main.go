@@ -2,7 +2,7 @@
 // internal/testbed/rmqproc); scripts/rocketmq.sh runs it for every verb but
 // fetch.
 //
-//	rmq [-cluster] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
+//	rmq [-cluster | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
 //
 //	start    start what is not running and wait until a message can be sent
 //	stop     stop what was started here (broker: that broker of the cluster only)
@@ -20,6 +20,10 @@
 // broker name) the two-broker cluster of TXMSG_CLUSTER_NAMESRV and
 // TXMSG_CLUSTER_BROKERS. Both read TXMSG_RMQ_VERSION, TXMSG_CACHE,
 // TXMSG_ROCKETMQ_MODE and TXMSG_RMQ_EXTRA_CONF (see docs/testing.md).
+// -stock starts the single form's broker with RocketMQ's stock settings
+// (scripts/rocketmq/stock.conf instead of scripts/rocketmq/broker.conf),
+// on ports other than the default ones, and refuses to when the store's
+// disk is fuller than such a broker works with.
 //
 // Exit status: 0 done, 1 failed (owns: not owned), 2 bad usage, 3 status
 // found a process not running.
@@ -46,10 +50,11 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(args []string) int {
 	fs := flag.NewFlagSet("rmq", flag.ContinueOnError)
 	cluster := fs.Bool("cluster", false, "act on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS)")
+	stock := fs.Bool("stock", false, "start the broker with RocketMQ's stock settings (scripts/rocketmq/stock.conf); ports of its own")
 	timeout := fs.Duration("ready-timeout", 120*time.Second, "how long start waits until RocketMQ takes messages")
 	root := fs.String("root", "", "repository root (default: found from the working directory)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
+		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the verb too (scripts/rocketmq.sh start --cluster).
@@ -79,6 +84,7 @@ func run(args []string) int {
 		return 2
 	}
 	cfg.ReadyTimeout = *timeout
+	cfg.Stock = *stock
 	cfg.Root = *root
 	cfg.Log = os.Stdout
 	in, err := rmqproc.New(cfg)
