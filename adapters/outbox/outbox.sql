@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox_lease` (
 -- health: unavailable_since is set while its publishes fail because the
 -- broker or the route is unavailable, with the broker's error in
 -- last_error. For a relay table without the last three columns, run
--- Migrate (or add them as below); relays write them once they exist.
+-- Migrate (or add them as below): relays write them once they exist.
 CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
   `name` varbinary(255) NOT NULL,
   `seen_at` datetime(6) NOT NULL,
