@@ -48,17 +48,36 @@ func TestOverviewShowsFailingRelay(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = relay.Run(rctx) }()
 	t.Cleanup(func() { stop(); <-done })
+	// The bed's relay holds every bucket at first: wait until the
+	// cut-off relay has its share, so that rows land in its buckets.
+	require.Eventually(t, func() bool {
+		rs, err := b.Outbox.Relays(ctx)
+		require.NoError(t, err)
+		for _, r := range rs {
+			if r.Name == name && len(r.Buckets) > 0 {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 200*time.Millisecond, "relay %s never got a bucket", name)
 	for i := range 40 {
 		b.PendingRow("fleet-"+strconv.Itoa(i), dashtest.Event{Order: "fleet", Qty: i})
 	}
 
 	c := client(t)
-	var page response
-	require.Eventually(t, func() bool {
-		page = get(t, c, b.URL)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		page := get(t, c, b.URL)
 		require.Equal(t, http.StatusOK, page.status, page.body)
 		bad, errText := relayState(page.body, name)
 		good, _ := relayState(page.body, b.Relay)
-		return bad == "failing" && errText != "" && good == "live"
-	}, 90*time.Second, 500*time.Millisecond, "the overview never showed %s failing and %s live", name, b.Relay)
+		if bad == "failing" && errText != "" && good == "live" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overview never showed %s failing and %s live; its relays card:\n%s", name, b.Relay,
+				regexp.MustCompile(`(?s)<div class="card" id="relays">.*?</div>`).FindString(page.body))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
