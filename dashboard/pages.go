@@ -44,6 +44,14 @@ type relayView struct {
 	Expires time.Time
 	Wanted  []int     // buckets other relays asked this one for
 	Seen    time.Time // its last lease round (the relay table); zero when it is not there
+	// State is live, stale or failing (outbox.RelayState); a lease holder
+	// missing from the relay table (a relay of an earlier release) holds an
+	// unexpired lease and shows live.
+	State outbox.RelayState
+	// Err is the relay's broker error while it is failing, and Since when
+	// its publishes began to fail.
+	Err   string
+	Since time.Time
 }
 
 type groupView struct {
@@ -76,9 +84,9 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 	})
 	run(func() {
 		leases, err := d.ob.Leases(ctx)
-		var members []outbox.Member
+		var members []outbox.RelayStatus
 		if err == nil {
-			members, err = d.ob.Members(ctx)
+			members, err = d.ob.Relays(ctx)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -152,7 +160,7 @@ func outboxIdle(data *overviewData, last, now time.Time) bool {
 
 // lastRelayActivity is the latest lease expiry or lease round in the
 // lease and relay tables; zero when they are empty.
-func lastRelayActivity(leases []outbox.Lease, members []outbox.Member) time.Time {
+func lastRelayActivity(leases []outbox.Lease, members []outbox.RelayStatus) time.Time {
 	var last time.Time
 	for _, l := range leases {
 		if l.ExpiresAt.After(last) {
@@ -187,13 +195,13 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// relays groups lease rows by owner, adds when each relay of the relay
-// table last ran a lease round (a relay there may hold no bucket yet);
-// buckets with no live owner are free.
-func relays(leases []outbox.Lease, members []outbox.Member, now time.Time) ([]relayView, []int) {
+// relays groups lease rows by owner, adds each relay of the relay table
+// with its last lease round and state (a relay there may hold no bucket
+// yet); buckets with no live owner are free.
+func relays(leases []outbox.Lease, members []outbox.RelayStatus, now time.Time) ([]relayView, []int) {
 	by := map[string]*relayView{}
 	for _, m := range members {
-		by[m.Name] = &relayView{Name: m.Name, Seen: m.SeenAt}
+		by[m.Name] = &relayView{Name: m.Name, Seen: m.SeenAt, State: m.State, Err: m.LastError, Since: m.UnavailableSince}
 	}
 	var free []int
 	for _, l := range leases {
@@ -203,7 +211,7 @@ func relays(leases []outbox.Lease, members []outbox.Member, now time.Time) ([]re
 		}
 		rv := by[l.Owner]
 		if rv == nil {
-			rv = &relayView{Name: l.Owner}
+			rv = &relayView{Name: l.Owner, State: outbox.RelayLive}
 			by[l.Owner] = rv
 		}
 		if rv.Expires.IsZero() {

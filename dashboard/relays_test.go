@@ -22,15 +22,15 @@ func TestRelaysMergesLeasesAndMembers(t *testing.T) {
 		{Bucket: 3, Owner: "gone", ExpiresAt: now.Add(-time.Second)},
 		{Bucket: 4},
 	}
-	members := []outbox.Member{
-		{Name: "b", SeenAt: now.Add(-500 * time.Millisecond)},
-		{Name: "a", SeenAt: now.Add(-time.Second)},
+	members := []outbox.RelayStatus{
+		{Name: "b", SeenAt: now.Add(-500 * time.Millisecond), State: outbox.RelayFailing, UnavailableSince: now.Add(-time.Minute), LastError: "no route"},
+		{Name: "a", SeenAt: now.Add(-time.Second), State: outbox.RelayLive},
 	}
 	got, free := relays(leases, members, now)
 	require.Equal(t, []int{3, 4}, free)
 	require.Equal(t, []relayView{
-		{Name: "a", Buckets: []int{0, 1}, Expires: now.Add(2 * time.Second), Wanted: []int{1}, Seen: now.Add(-time.Second)},
-		{Name: "b", Seen: now.Add(-500 * time.Millisecond)},
-		{Name: "old", Buckets: []int{2}, Expires: now.Add(time.Second)},
+		{Name: "a", Buckets: []int{0, 1}, Expires: now.Add(2 * time.Second), Wanted: []int{1}, Seen: now.Add(-time.Second), State: outbox.RelayLive},
+		{Name: "b", Seen: now.Add(-500 * time.Millisecond), State: outbox.RelayFailing, Err: "no route", Since: now.Add(-time.Minute)},
+		{Name: "old", Buckets: []int{2}, Expires: now.Add(time.Second), State: outbox.RelayLive},
 	}, got)
 }

@@ -51,5 +51,16 @@ ALTER TABLE `txmsg_outbox`
 CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
   `name` varbinary(255) NOT NULL,
   `seen_at` datetime(6) NOT NULL,
+  `lease_ttl_us` bigint NOT NULL DEFAULT 0,
+  `unavailable_since` datetime(6) DEFAULT NULL,
+  `last_error` varchar(1024) NOT NULL DEFAULT '',
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- A relay table created without the relays' health columns gets them
+-- from `txmsgctl migrate` and Outbox.Migrate, or from this statement
+-- (for such a table only: the CREATE above left it as it was):
+-- ALTER TABLE `txmsg_outbox_relay`
+--   ADD COLUMN `lease_ttl_us` bigint NOT NULL DEFAULT 0,
+--   ADD COLUMN `unavailable_since` datetime(6) DEFAULT NULL,
+--   ADD COLUMN `last_error` varchar(1024) NOT NULL DEFAULT '';

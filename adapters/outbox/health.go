@@ -31,6 +31,11 @@ var ErrLagging = errors.New("outbox: relay is lagging")
 //
 // Lag is measured over the whole table, so every relay of a table reports
 // it; a row held back by its own failures counts too, until it is parked.
+//
+// Health reports this process's relay only: a relay of another replica
+// that cannot reach the broker leaves it green (until the lag passes
+// MaxLag). Each relay writes its health into the relay table at every
+// lease round; [Outbox.Relays] reads every relay's from any process.
 func (r *Relay) Health(ctx context.Context) error {
 	if !r.running.Load() {
 		return fmt.Errorf("outbox: relay %s is not running: %w", r.cfg.Name, txmsg.ErrNotStarted)

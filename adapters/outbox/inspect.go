@@ -151,6 +151,113 @@ func (o *Outbox) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
+// RelayState is what [Outbox.Relays] makes of a relay's row.
+type RelayState string
+
+// The states of a relay.
+const (
+	// RelayLive: the relay ran a lease round within its LeaseTTL and its
+	// publishes reach the broker.
+	RelayLive RelayState = "live"
+	// RelayStale: the relay ran no lease round within its LeaseTTL (by
+	// the database's clock): the other relays no longer count it, and its
+	// buckets go to them when its leases expire. It crashed, lost the
+	// database, or is stuck.
+	RelayStale RelayState = "stale"
+	// RelayFailing: the relay runs its lease rounds but its publishes fail
+	// because the broker or the route is unavailable to it: the rows of
+	// its buckets wait. Check that host's network path to the name server
+	// and brokers; RelayStatus.LastError says what the broker client saw.
+	RelayFailing RelayState = "failing"
+)
+
+// RelayStatus is one relay of the table as [Outbox.Relays] sees it.
+type RelayStatus struct {
+	// Name is the relay's name (RelayConfig.Name).
+	Name string
+	// State is [RelayStale] when the relay ran no lease round within its
+	// LeaseTTL, else [RelayFailing] when UnavailableSince is set, else
+	// [RelayLive].
+	State RelayState
+	// SeenAt is when the relay last ran a lease round, by the database's
+	// clock, and Age how long ago that was, by the same clock.
+	SeenAt time.Time
+	Age    time.Duration
+	// LeaseTTL is the relay's RelayConfig.LeaseTTL; [DefaultLeaseTTL] for
+	// rows of relays of earlier releases, which do not write it.
+	LeaseTTL time.Duration
+	// Buckets are the buckets whose lease the relay holds now (unexpired
+	// by the database's clock), in order.
+	Buckets []int
+	// UnavailableSince is since when the relay's publishes fail because
+	// the broker or the route is unavailable to it (the database's clock),
+	// as of its last lease round; zero while they succeed.
+	UnavailableSince time.Time
+	// LastError is the broker's error of the relay's last failed publish
+	// while UnavailableSince is set, at most 1024 bytes; empty otherwise.
+	LastError string
+}
+
+// Relays returns every relay registered in the relay table, by name,
+// whichever process it runs in, with the buckets it holds and its health
+// as written at its last lease round (every LeaseTTL/3). Staleness is
+// judged by the database's clock against each relay's own LeaseTTL, the
+// rule by which relays count one another. Unlike [Relay.Health], which
+// reports the calling process's relay only, it shows a relay of another
+// replica that cannot reach the broker. Relays that hand their buckets
+// over for being cut off from the broker (see
+// [RelayConfig.HandOverAfter]) leave the table until they rejoin, and
+// lease holders of releases before the relay table are not listed (see
+// [Outbox.Leases]). It returns none when no relay has registered (no
+// relay table), and lists relays without health when the table lacks the
+// health columns (run [Outbox.Migrate]).
+func (o *Outbox) Relays(ctx context.Context) ([]RelayStatus, error) {
+	table := o.cfg.Table + relaySuffix
+	db := o.q.WithContext(ctx)
+	if !db.Migrator().HasTable(table) {
+		return nil, nil
+	}
+	members, err := o.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := o.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now, err := dbNow(ctx, o.q)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string][]int{}
+	for _, l := range leases {
+		if l.Owner != "" && l.ExpiresAt.After(now) {
+			held[l.Owner] = append(held[l.Owner], l.Bucket)
+		}
+	}
+	out := make([]RelayStatus, 0, len(members))
+	for _, m := range members {
+		s := RelayStatus{Name: m.Name, SeenAt: m.SeenAt, Age: max(now.Sub(m.SeenAt), 0),
+			LeaseTTL: time.Duration(m.LeaseTTLMicros) * time.Microsecond, Buckets: held[m.Name], LastError: m.LastError}
+		if s.LeaseTTL <= 0 {
+			s.LeaseTTL = DefaultLeaseTTL
+		}
+		if m.UnavailableSince != nil {
+			s.UnavailableSince = *m.UnavailableSince
+		}
+		switch {
+		case !m.SeenAt.After(now.Add(-s.LeaseTTL)):
+			s.State = RelayStale
+		case m.UnavailableSince != nil:
+			s.State = RelayFailing
+		default:
+			s.State = RelayLive
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // SentSince counts the rows published since t: the relays' publish rate
 // over a window. Sent rows purged meanwhile are not counted.
 func (o *Outbox) SentSince(ctx context.Context, t time.Time) (int64, error) {

@@ -27,6 +27,10 @@ type leaseState struct {
 	// deletes when Run returns; unregistered means the relay table was
 	// missing at the last round (a warning was logged).
 	registered, unregistered bool
+	// noHealth means the relay table lacked the health columns at a round
+	// (a table of an earlier release that Migrate has not updated yet): the
+	// relay wrote its name and time only, and a warning was logged.
+	noHealth bool
 	// members and share are the live relays and this relay's share of the
 	// buckets at the last round.
 	members, share int
@@ -294,9 +298,17 @@ func shares(buckets int, members map[string]bool, held map[string]int) map[strin
 // rows alone, as earlier releases do.
 func (r *Relay) register(ctx context.Context) ([]Member, error) {
 	db := r.db.WithContext(ctx).Table(r.relayTable()).Session(&gorm.Session{})
-	err := db.Exec("INSERT INTO `"+r.relayTable()+"` (name, seen_at) VALUES (?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE seen_at = UTC_TIMESTAMP(6)",
-		r.cfg.Name).Error
+	err := r.writeMember(db)
 	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == errBadField {
+		if !r.lease.noHealth {
+			r.log.Warn("the relay table lacks the health columns; run Outbox.Migrate (or txmsgctl migrate). Until then Outbox.Relays and the dashboard cannot show this relay failing",
+				"relay_table", r.relayTable())
+		}
+		r.lease.noHealth = true
+		err = db.Exec("INSERT INTO `"+r.relayTable()+"` (name, seen_at) VALUES (?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE seen_at = UTC_TIMESTAMP(6)",
+			r.cfg.Name).Error
+	}
 	switch {
 	case errors.As(err, &me) && me.Number == errNoSuchTable:
 		if !r.lease.unregistered {
@@ -317,8 +329,30 @@ func (r *Relay) register(ctx context.Context) ([]Member, error) {
 	return seen, nil
 }
 
-// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE.
-const errNoSuchTable = 1146
+// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE, and errBadField its
+// ER_BAD_FIELD_ERROR (unknown column).
+const (
+	errNoSuchTable = 1146
+	errBadField    = 1054
+)
+
+// writeMember writes this relay's row of the relay table: the time of
+// the round, its LeaseTTL, and its health, as Health reports it. The
+// start of an outage, which the relay knows by its own clock, is written
+// as the database's time that long ago.
+func (r *Relay) writeMember(db *gorm.DB) error {
+	var down bool
+	var downFor time.Duration
+	var lastErr string
+	if o := r.unavailable.Load(); o != nil {
+		down, downFor, lastErr = true, max(time.Since(o.since), 0), truncate(o.err, maxMemberError)
+	}
+	since := "IF(?, DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND), NULL)"
+	return db.Exec("INSERT INTO `"+r.relayTable()+"` (name, seen_at, lease_ttl_us, unavailable_since, last_error) VALUES (?, UTC_TIMESTAMP(6), ?, "+since+", ?)"+
+		" ON DUPLICATE KEY UPDATE seen_at = UTC_TIMESTAMP(6), lease_ttl_us = ?, unavailable_since = "+since+", last_error = ?",
+		r.cfg.Name, r.cfg.LeaseTTL.Microseconds(), down, downFor.Microseconds(), lastErr,
+		r.cfg.LeaseTTL.Microseconds(), down, downFor.Microseconds(), lastErr).Error
+}
 
 // forget deletes the rows of relays not seen for forgetAfter lease TTLs:
 // relays that died without deregistering. A failure only leaves them for

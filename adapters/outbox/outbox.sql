@@ -47,9 +47,16 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox_lease` (
 -- deleted when the relay stops. The rows seen within LeaseTTL are the
 -- live relays that share the buckets. Rows of relays that died are deleted
 -- 10 x LeaseTTL after their last round. Relays of releases before this
--- table neither read nor write it.
+-- table neither read nor write it. Each round also writes the relay's
+-- health: unavailable_since is set while its publishes fail because the
+-- broker or the route is unavailable, with the broker's error in
+-- last_error. For a relay table without the last three columns, run
+-- Migrate (or add them as below): relays write them once they exist.
 CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
   `name` varbinary(255) NOT NULL,
   `seen_at` datetime(6) NOT NULL,
+  `lease_ttl_us` bigint NOT NULL DEFAULT 0,       -- the relay's LeaseTTL
+  `unavailable_since` datetime(6) DEFAULT NULL,
+  `last_error` varchar(1024) NOT NULL DEFAULT '',
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
