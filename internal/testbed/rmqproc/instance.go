@@ -137,17 +137,27 @@ func (in *Instance) mode() (Mode, error) {
 	return "", errors.New("neither a working Docker engine (with docker compose) nor java found: install Docker, or a JDK 17 and Maven (apt-get install openjdk-17-jdk-headless maven)")
 }
 
+// resolve returns the components broker names (every broker when "") and
+// how this instance runs them.
+func (in *Instance) resolve(broker string) ([]component, Mode, error) {
+	targets, err := in.targets(broker)
+	if err != nil {
+		return nil, "", err
+	}
+	mode, err := in.mode()
+	if err != nil {
+		return nil, "", err
+	}
+	return targets, mode, nil
+}
+
 // Start starts what is not running of the name server and the brokers
 // (broker: only that one of the cluster) and waits until every broker takes
 // messages. On the default ports a process it did not start is reused when
 // it answers; elsewhere such a process makes Start fail. A name server not
 // on loopback is only waited for.
 func (in *Instance) Start(ctx context.Context, broker string) error {
-	targets, err := in.targets(broker)
-	if err != nil {
-		return err
-	}
-	mode, err := in.mode()
+	targets, mode, err := in.resolve(broker)
 	if err != nil {
 		return err
 	}
@@ -337,11 +347,7 @@ func (in *Instance) refuseForeign(c component) error {
 // Stop stops broker (every broker, then the name server, when "").
 // Brokers go first: on shutdown a broker unregisters from the name server.
 func (in *Instance) Stop(broker string) error {
-	targets, err := in.targets(broker)
-	if err != nil {
-		return err
-	}
-	mode, err := in.mode()
+	targets, mode, err := in.resolve(broker)
 	if err != nil {
 		return err
 	}
@@ -387,11 +393,7 @@ func (in *Instance) Pause(broker string) error { return in.signalBrokers(broker,
 func (in *Instance) Resume(broker string) error { return in.signalBrokers(broker, syscall.SIGCONT) }
 
 func (in *Instance) signalBrokers(broker string, sig syscall.Signal) error {
-	targets, err := in.targets(broker)
-	if err != nil {
-		return err
-	}
-	mode, err := in.mode()
+	targets, mode, err := in.resolve(broker)
 	if err != nil {
 		return err
 	}
@@ -417,11 +419,7 @@ func (in *Instance) signalBrokers(broker string, sig syscall.Signal) error {
 // Owns reports whether broker (every broker when "") runs and was started
 // by this instance, so that Kill, Pause and Resume can act on it.
 func (in *Instance) Owns(broker string) bool {
-	targets, err := in.targets(broker)
-	if err != nil {
-		return false
-	}
-	mode, err := in.mode()
+	targets, mode, err := in.resolve(broker)
 	if err != nil || mode == "remote" {
 		return false
 	}
@@ -439,11 +437,7 @@ func (in *Instance) Owns(broker string) bool {
 // Status writes one line per process (the name server, then broker or
 // every broker) and returns [ErrNotRunning] when one is not running.
 func (in *Instance) Status(broker string) error {
-	targets, err := in.targets(broker)
-	if err != nil {
-		return err
-	}
-	mode, err := in.mode()
+	targets, mode, err := in.resolve(broker)
 	if err != nil {
 		return err
 	}
@@ -485,11 +479,7 @@ func (in *Instance) Status(broker string) error {
 // server when ""), so that the next start begins with an empty broker. It
 // fails while one of those processes runs or a broker's port is served.
 func (in *Instance) Wipe(broker string) error {
-	targets, err := in.targets(broker)
-	if err != nil {
-		return err
-	}
-	mode, err := in.mode()
+	targets, mode, err := in.resolve(broker)
 	if err != nil {
 		return err
 	}
