@@ -398,6 +398,7 @@ type consumersData struct {
 	More    bool
 	NextURL string
 	Back    string
+	Failing *failingView
 }
 
 type parkedGroup struct {
@@ -455,6 +456,10 @@ func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
 		data.Counts = append(data.Counts, groupView{Group: g, Parked: n, Handled: handled[g]})
 	}
 	sort.Slice(data.Counts, func(i, j int) bool { return data.Counts[i].Group < data.Counts[j].Group })
+	if data.Failing, err = d.failingFor(r.Context(), data.Group); err != nil {
+		return "", "", nil, err
+	}
+	data.Counts = data.Failing.withGroups(data.Counts)
 	return "consumers", "Consumers", data, nil
 }
 
