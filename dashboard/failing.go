@@ -52,6 +52,18 @@ type troubleGroup struct {
 	RetryErr, DLQErr string
 }
 
+// RetryWaiting counts the messages of the retry topic the group has not
+// consumed yet.
+func (g *troubleGroup) RetryWaiting() int {
+	n := 0
+	for _, m := range g.Retry {
+		if !m.Consumed {
+			n++
+		}
+	}
+	return n
+}
+
 // RetryTopic and DLQTopic are the group's topics on the broker.
 func (g *troubleGroup) RetryTopic() string { return "%RETRY%" + g.Group }
 
@@ -68,6 +80,7 @@ type brokerMsg struct {
 	StoredAt  time.Time
 	OriginID  string // the broker's ID of the message first delivered
 	Body      []byte
+	Consumed  bool // the group's committed offset is past it
 }
 
 // failingFor builds the failing section for group (every group when
@@ -135,10 +148,10 @@ func (d *Dashboard) failingFor(ctx context.Context, group string) (*failingView,
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			var err error
-			if g.Retry, err = d.brokerMessages(ctx, g.RetryTopic()); err != nil {
+			if g.Retry, err = d.brokerMessages(ctx, g.RetryTopic(), g.Group); err != nil {
 				g.RetryErr = err.Error()
 			}
-			if g.DLQ, err = d.brokerMessages(ctx, g.DLQTopic()); err != nil {
+			if g.DLQ, err = d.brokerMessages(ctx, g.DLQTopic(), ""); err != nil {
 				g.DLQErr = err.Error()
 			}
 		}()
@@ -156,9 +169,9 @@ func (d *Dashboard) failingFor(ctx context.Context, group string) (*failingView,
 }
 
 // brokerMessages reads the newest messages of a retry or dead-letter
-// topic.
-func (d *Dashboard) brokerMessages(ctx context.Context, topic string) ([]brokerMsg, error) {
-	msgs, err := d.rmq.Newest(ctx, topic, brokerPerQueue)
+// topic; with a group, each says whether the group consumed it already.
+func (d *Dashboard) brokerMessages(ctx context.Context, topic, group string) ([]brokerMsg, error) {
+	msgs, err := d.rmq.Newest(ctx, topic, brokerPerQueue, group)
 	out := make([]brokerMsg, 0, len(msgs))
 	for _, m := range msgs {
 		rec := rmqmsg.Received(m.MessageExt)
@@ -172,6 +185,7 @@ func (d *Dashboard) brokerMessages(ctx context.Context, topic string) ([]brokerM
 			StoredAt:  time.UnixMilli(m.StoreTimestamp),
 			OriginID:  m.GetProperty("ORIGIN_MESSAGE_ID"),
 			Body:      m.Body,
+			Consumed:  m.Consumed,
 		})
 	}
 	if err != nil {
@@ -202,7 +216,9 @@ func parseRef(ref string) (broker string, queue int, offset int64, err error) {
 // group alone again: each is read back from %DLQ%<group> at the position
 // the form names and published to %RETRY%<group> with its txmsg ID, keys,
 // tag, properties and body, its original topic in RETRY_TOPIC
-// (txmsg.GroupPublisher). The dead-letter copy stays where it is.
+// (txmsg.GroupPublisher). The dead-letter copy stays where it is; the
+// message's row of the failing table goes, since the broker counts the
+// resent copy as the group's first attempt.
 func (d *Dashboard) consumerResend(r *http.Request, who string) (*actionResult, error) {
 	gp, ok := d.cfg.Publisher.(txmsg.GroupPublisher)
 	if !ok || d.rmq == nil {
@@ -240,6 +256,11 @@ func (d *Dashboard) consumerResend(r *http.Request, who string) (*actionResult, 
 			continue
 		}
 		sent = append(sent, m.ID)
+		// The group starts over with it: a failure of the resent copy is
+		// recorded anew, from its first attempt.
+		if _, err := d.inbox.DeleteFailing(r.Context(), group, m.ID); err != nil {
+			d.log.Warn("resent a dead-lettered message but could not delete its failing row", "group", group, "txmsg_id", m.ID, "err", err)
+		}
 	}
 	err = errors.Join(errs...)
 	d.log.Info("dashboard action", "who", who, "action", "consumer.resend", "group", group, "refs", refs, "txmsg_ids", sent, "err", err)

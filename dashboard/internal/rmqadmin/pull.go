@@ -23,7 +23,7 @@ const (
 // carries its own subscription ("*"), so the broker needs no consumer of
 // the reading group online. No commit or suspend flag: the pull commits
 // no offset and answers at once.
-const pullFlagSubscription = 1 << 1
+const pullFlagSubscription = 1 << 2
 
 // ReaderGroup is the consumer group the dashboard reads messages as. The
 // broker creates it at its start (MixAll.TOOLS_CONSUMER_GROUP, the group
@@ -40,6 +40,10 @@ type StoredMessage struct {
 	*primitive.MessageExt
 	Broker  string // broker name
 	QueueID int
+	// Consumed says the group Newest was asked about has committed an
+	// offset past the message: it was delivered (and handled, failed
+	// again, or parked).
+	Consumed bool
 }
 
 // Pull reads up to max messages of the queue from offset on, without
@@ -78,10 +82,11 @@ func (c *Client) Pull(ctx context.Context, topic string, q Queue, offset int64, 
 }
 
 // Newest returns the newest messages of topic, up to perQueue from each of
-// its queues, newest first by store time. A topic the name servers do
+// its queues, newest first by store time; with a group, each says whether
+// that group's committed offset is past it. A topic the name servers do
 // not route returns none: a group's %RETRY% and %DLQ% topics exist only
 // once the broker needed them.
-func (c *Client) Newest(ctx context.Context, topic string, perQueue int) ([]StoredMessage, error) {
+func (c *Client) Newest(ctx context.Context, topic string, perQueue int, group string) ([]StoredMessage, error) {
 	rt, err := c.Route(ctx, topic)
 	if errors.Is(err, ErrTopicNotExist) {
 		return nil, nil
@@ -95,8 +100,17 @@ func (c *Client) Newest(ctx context.Context, topic string, perQueue int) ([]Stor
 		if err != nil {
 			return out, err
 		}
+		committed := int64(-1)
+		if group != "" && len(msgs) > 0 {
+			committed, err = c.ConsumerOffset(ctx, group, topic, q)
+			if errors.Is(err, ErrNotFound) {
+				committed = -1
+			} else if err != nil {
+				return out, err
+			}
+		}
 		for _, m := range msgs {
-			out = append(out, StoredMessage{MessageExt: m, Broker: q.Broker, QueueID: q.ID})
+			out = append(out, StoredMessage{MessageExt: m, Broker: q.Broker, QueueID: q.ID, Consumed: m.QueueOffset < committed})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].StoreTimestamp > out[j].StoreTimestamp })
