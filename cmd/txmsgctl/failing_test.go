@@ -46,6 +46,10 @@ func TestFailingListsShowsAndPurges(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "(0 failing message(s) shown)")
 
+	r = ctl(t, vars, "stats")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `failing\s+txmsg_inbox_failing\s+total\s+1\s+group billing\s+1`, r.stdout)
+
 	r = ctl(t, vars, "failing", id)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, `{"order":"o-9"}`)

@@ -3,7 +3,7 @@
 // It also creates and checks the RocketMQ topics that consumers need.
 //
 //	txmsgctl migrate                     create the barrier, inbox, parked and outbox tables
-//	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
+//	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked and failing messages
 //	txmsgctl failing [-group G] [ID...]  messages whose handler is failing, per group
 //	txmsgctl parked list    -kind outbox|consumer
 //	txmsgctl parked show    -kind outbox|consumer [-full | -out FILE] ID...
@@ -76,7 +76,7 @@ Usage:
       tables (-only barrier,inbox,outbox picks some).
   txmsgctl stats [flags] [-json]
       Outbox rows by status and the oldest pending row's age; barrier rows
-      by state; inbox rows and parked messages by consumer group.
+      by state; inbox rows, parked and failing messages by consumer group.
   txmsgctl parked list    -kind outbox|consumer [-group G] [-limit N]
   txmsgctl parked show    -kind outbox|consumer [-group G] [-full | -out FILE] ID...
       Print rows with the first 4 KiB of each body; -full prints whole
