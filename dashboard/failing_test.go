@@ -126,6 +126,9 @@ func TestFailingConsumerDeadLetterAndResend(t *testing.T) {
 	require.Contains(t, body, `class="rows dlq"`)
 	require.Regexp(t, `<tr data-msg-id="`+dead+`"><td class="mono">`, body, "in the retry topic too")
 	ref := resendBox.FindStringSubmatch(body)[1]
+	// The overview counts the group's failing message and links to it.
+	overview := get(t, c, b.URL).body
+	require.Regexp(t, `<td class="n failing bad"><a href="/ops/consumers\?group=`+regexp.QuoteMeta(group)+`#failing">1</a>`, overview)
 
 	// Resend to the failing group alone, now that its handler is fixed.
 	require.True(t, b.WaitHandled(b.Group, dead, time.Minute), "the bed's own group handled it")

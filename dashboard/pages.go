@@ -55,8 +55,8 @@ type relayView struct {
 }
 
 type groupView struct {
-	Group           string
-	Handled, Parked int64
+	Group                    string
+	Handled, Parked, Failing int64
 }
 
 type healthView struct {
@@ -104,18 +104,18 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 	})
 	run(func() {
 		handled, parked, err := d.groupCounts(ctx)
+		failing, _ := d.inbox.FailingByGroup(ctx) // the Consumers page reports its error
 		mu.Lock()
 		defer mu.Unlock()
 		data.GroupsErr = errText(err)
 		names := map[string]bool{}
-		for g := range handled {
-			names[g] = true
-		}
-		for g := range parked {
-			names[g] = true
+		for _, m := range []map[string]int64{handled, parked, failing} {
+			for g := range m {
+				names[g] = true
+			}
 		}
 		for g := range names {
-			data.Groups = append(data.Groups, groupView{Group: g, Handled: handled[g], Parked: parked[g]})
+			data.Groups = append(data.Groups, groupView{Group: g, Handled: handled[g], Parked: parked[g], Failing: failing[g]})
 		}
 		sort.Slice(data.Groups, func(i, j int) bool { return data.Groups[i].Group < data.Groups[j].Group })
 	})
