@@ -28,10 +28,11 @@
 // failing table (txmsg.FailingRow), outside the handler's transaction, and
 // deletes the record when a later delivery (Attempt above 1) succeeds; a
 // consumer that knows a failure will be the message's last (the broker
-// dead-letters it next) sets [txmsg.Received].Final. A consumer must not
-// let a panic escape into the broker's client: Process returns a panic of the handler or the codec as
-// a [*txmsg.PanicError] (and reports that attempt to the hooks), and the
-// consumer recovers what else of its own may panic the same way.
+// dead-letters it next) sets Received.Final. A consumer must not let a
+// panic escape into the broker's client: Process returns a panic of the
+// handler or the codec as a [*txmsg.PanicError] (and reports that attempt
+// to the hooks), and the consumer recovers what else of its own may panic
+// the same way.
 //
 // [Run] is the inbox step alone, for code that runs its own function
 // exactly once per (group, message ID) instead of a Route.
