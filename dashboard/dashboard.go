@@ -254,6 +254,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("POST /consumers/replay", d.action(d.consumerReplay))
 	m.HandleFunc("POST /consumers/purge", d.action(d.consumerPurge))
 	m.HandleFunc("POST /consumers/resend", d.action(d.consumerResend))
+	m.HandleFunc("POST /consumers/retry", d.action(d.consumerRetryNow))
 	m.HandleFunc("GET /tx", d.page(d.transaction))
 	m.HandleFunc("GET /broker", d.page(d.broker))
 	m.HandleFunc("GET /login", d.loginForm)

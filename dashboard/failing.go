@@ -289,3 +289,60 @@ func (v *failingView) withGroups(counts []groupView) []groupView {
 	sort.Slice(counts, func(i, j int) bool { return counts[i].Group < counts[j].Group })
 	return counts
 }
+
+// consumerRetryNow publishes the selected failing messages of a group
+// again, from their rows, to that group alone (txmsg.GroupPublisher), so
+// that a handler fixed meanwhile gets them now rather than at the broker's
+// next retry. The broker's own retry copy still comes later: the inbox
+// drops it once one copy was handled. The rows of the messages sent are
+// deleted: the copy counts as the group's first attempt, and a failure of
+// it writes a new row. Rows whose body is stored cut are refused.
+func (d *Dashboard) consumerRetryNow(r *http.Request, who string) (*actionResult, error) {
+	gp, ok := d.cfg.Publisher.(txmsg.GroupPublisher)
+	if !ok {
+		return nil, &httpError{status: http.StatusConflict, title: "No publisher",
+			msg: "Retry now publishes to the group's retry topic: the dashboard needs a publisher that sends to one group (txmsgctl serve -namesrv, or a txrmq.Publisher as Config.Publisher)."}
+	}
+	group, err := formGroup(r)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := selection(r)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.inbox.Failing(r.Context(), txmsg.FailingFilter{Group: group, IDs: ids})
+	if err != nil {
+		return nil, err
+	}
+	var sent []string
+	var errs []error
+	for _, row := range rows {
+		m, err := row.Message()
+		if err == nil {
+			err = gp.PublishToGroup(r.Context(), group, m)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retry %s in group %s: %w", row.MsgID, group, err))
+			continue
+		}
+		sent = append(sent, row.MsgID)
+		// The copy counts as a first attempt, so a handled copy would not
+		// remove the row: it goes now, and comes back if the copy fails.
+		if _, err := d.inbox.DeleteFailing(r.Context(), group, row.MsgID); err != nil {
+			d.log.Warn("sent a failing message again but could not delete its failing row", "group", group, "txmsg_id", row.MsgID, "err", err)
+		}
+	}
+	err = errors.Join(errs...)
+	d.log.Info("dashboard action", "who", who, "action", "consumer.retry", "group", group, "txmsg_ids", ids, "sent", sent, "err", err)
+	back := backTo(r, "/consumers?group="+url.QueryEscape(group))
+	switch {
+	case err != nil && len(sent) == 0:
+		return nil, err
+	case err != nil:
+		return &actionResult{msg: fmt.Sprintf("Sent %d message(s) to group %s again; the others failed: %v", len(sent), group, err), back: back}, nil
+	case len(sent) == 0:
+		return nil, notFound("Group %q has none of the selected messages failing; they may have been handled meanwhile.", group)
+	}
+	return &actionResult{msg: fmt.Sprintf("Sent %d message(s) to group %s alone (its retry topic) to be retried now; the broker's own retry comes later and is dropped as a duplicate once one copy is handled.", len(sent), group), back: back}, nil
+}

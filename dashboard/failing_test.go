@@ -114,7 +114,7 @@ func TestFailingConsumerDeadLetterAndResend(t *testing.T) {
 	var body string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
 		body = get(t, c, b.Server.URL+page).body
-		if resendBox.MatchString(body) {
+		if resendBox.MatchString(dlqTable(body)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -125,7 +125,7 @@ func TestFailingConsumerDeadLetterAndResend(t *testing.T) {
 	require.Contains(t, body, "dead-lettered")
 	require.Contains(t, body, `class="rows dlq"`)
 	require.Regexp(t, `<tr data-msg-id="`+dead+`"><td class="mono">`, body, "in the retry topic too")
-	ref := resendBox.FindStringSubmatch(body)[1]
+	ref := resendBox.FindStringSubmatch(dlqTable(body))[1]
 	// The overview counts the group's failing message and links to it.
 	overview := get(t, c, b.URL).body
 	require.Regexp(t, `<td class="n failing bad"><a href="/ops/consumers\?group=`+regexp.QuoteMeta(group)+`#failing">1</a>`, overview)
@@ -169,4 +169,69 @@ func failingSection(page string) string {
 		page = page[:i]
 	}
 	return page
+}
+
+// dlqTable is the page from its first dead-letter table on.
+func dlqTable(page string) string {
+	if i := strings.Index(page, `class="rows dlq"`); i >= 0 {
+		return page[i:]
+	}
+	return ""
+}
+
+// TestFailingRetryNow: a group whose broker retries come two minutes
+// apart gets a failing message again at once with Retry now, once its
+// handler is fixed; the row goes when it is handled, and no other group
+// receives the copy.
+func TestFailingRetryNow(t *testing.T) {
+	t.Parallel()
+	const token = "tok-0b8d3e6f4c21"
+	b := dashtest.New(t, dashtest.Options{Broker: true, Token: token, AllowActions: true})
+	ctx := context.Background()
+	group := testbed.Name(t, "drg")
+	var broken atomic.Bool
+	broken.Store(true)
+	route := txmsg.Handle(txmsg.Topic[dashtest.Event]{Name: b.Topic}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[dashtest.Event]) error {
+		if broken.Load() {
+			return errors.New("warehouse API timed out")
+		}
+		return nil
+	})
+	cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn:  txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Group: group, RetryDelayLevel: 6, // 2 min
+	})
+	require.NoError(t, err)
+	require.NoError(t, cons.Start(ctx))
+	t.Cleanup(func() { _ = cons.Close(context.Background()) })
+
+	id := txmsg.NewID()
+	require.NoError(t, b.Pub.Publish(ctx, &txmsg.Message{ID: id, Topic: b.Topic, Keys: []string{"order-88"},
+		Properties: map[string]string{"tenant": "acme"}, Body: dashtest.Body(dashtest.Event{Order: "o-88", Qty: 3})}))
+	require.Eventually(t, func() bool {
+		rows, err := b.Inbox.Failing(ctx, txmsg.FailingFilter{Group: group, IDs: []string{id}})
+		return err == nil && len(rows) == 1
+	}, time.Minute, 100*time.Millisecond)
+	b.Observer.Delivered(t, id)
+	observed := b.Observer.Count(id)
+
+	c := client(t)
+	csrf := login(t, b, c, token)
+	broken.Store(false)
+	start := time.Now()
+	res := do(t, c, "POST", b.URL+"consumers/retry", url.Values{"id": {id}, "group": {group}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Contains(t, get(t, c, b.Server.URL+res.header.Get("Location")).body, "Sent 1 message(s) to group")
+	require.True(t, b.WaitHandled(group, id, 90*time.Second))
+	require.Less(t, time.Since(start), time.Minute, "handled before the broker's retry, two minutes after the failure")
+	require.Eventually(t, func() bool {
+		rows, err := b.Inbox.Failing(ctx, txmsg.FailingFilter{Group: group})
+		return err == nil && len(rows) == 0
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Equal(t, observed, b.Observer.Count(id), "the other group did not get the copy")
+	require.Contains(t, b.Logs.String(), `"action":"consumer.retry"`)
+
+	// Nothing is failing now: a second retry finds nothing.
+	res = do(t, c, "POST", b.URL+"consumers/retry", url.Values{"id": {id}, "group": {group}, "csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusNotFound, res.status)
 }

@@ -2,7 +2,9 @@ package txmsg
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -75,6 +77,33 @@ type FailingRow struct {
 // BodyTruncated reports whether Body holds only the first part of the
 // message's body.
 func (r FailingRow) BodyTruncated() bool { return r.BodySize > len(r.Body) }
+
+// Message rebuilds the failing message from its row, with its txmsg ID so
+// that the group's inbox still dedupes it, for a retry now
+// ([GroupPublisher]). A row that holds only the start of the body
+// (BodyTruncated) cannot be rebuilt: the error wraps [ErrInvalidMessage].
+func (r FailingRow) Message() (*Message, error) {
+	if r.BodyTruncated() {
+		return nil, fmt.Errorf("%w: failing message %s: only the first %d of its %d body bytes are stored; the broker's copy is retried by itself",
+			ErrInvalidMessage, r.MsgID, len(r.Body), r.BodySize)
+	}
+	m := &Message{ID: r.MsgID, Topic: r.Topic, Tag: r.Tag, Keys: strings.Fields(r.Keys), Body: r.Body}
+	if r.Properties != "" && r.Properties != "{}" && r.Properties != "null" {
+		var props map[string]string
+		if err := json.Unmarshal([]byte(r.Properties), &props); err != nil {
+			return nil, fmt.Errorf("txmsg: failing message %s has unreadable properties: %w", r.MsgID, err)
+		}
+		for k, v := range props {
+			if !reservedProperty(k) {
+				if m.Properties == nil {
+					m.Properties = map[string]string{}
+				}
+				m.Properties[k] = v
+			}
+		}
+	}
+	return m, nil
+}
 
 // FailingTable returns the failing table's name.
 func (in *Inbox) FailingTable() string { return in.failing }

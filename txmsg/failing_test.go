@@ -72,6 +72,8 @@ func TestFailingRecordedUntilHandled(t *testing.T) {
 	require.Len(t, r.Body, txmsg.MaxFailingBody)
 	require.Equal(t, len(rec.Message.Body), r.BodySize)
 	require.True(t, r.LastFailedAt.After(r.FirstFailedAt), "first %v, last %v", r.FirstFailedAt, r.LastFailedAt)
+	_, err = r.Message()
+	require.ErrorIs(t, err, txmsg.ErrInvalidMessage, "a cut body cannot be sent again")
 
 	counts, err := in.FailingByGroup(ctx)
 	require.NoError(t, err)
@@ -114,6 +116,7 @@ func TestFailingFinalParkedAndCancelled(t *testing.T) {
 	})
 	dead := received("dead", `{"n":1}`)
 	dead.Attempt, dead.Final = 17, true
+	dead.Message.Properties = map[string]string{"tenant": "acme", txmsg.PropertyID: "dead"}
 	_, err := driver.Process(route, ctx, in, "g", dead)
 	require.Error(t, err)
 	rows := failingRows(t, in, txmsg.FailingFilter{IDs: []string{"dead"}})
@@ -122,6 +125,12 @@ func TestFailingFinalParkedAndCancelled(t *testing.T) {
 	require.False(t, rows[0].BodyTruncated())
 	require.LessOrEqual(t, len(rows[0].Error), txmsg.MaxFailingError)
 	require.True(t, strings.HasPrefix(long, rows[0].Error), "cut at a character boundary")
+	m, err := rows[0].Message()
+	require.NoError(t, err)
+	require.Equal(t, "dead", m.ID)
+	require.Equal(t, "events", m.Topic)
+	require.Equal(t, `{"n":1}`, string(m.Body))
+	require.Equal(t, map[string]string{"tenant": "acme"}, m.Properties, "reserved properties left out")
 
 	parked := received("parked", `{"n":1}`)
 	_, err = driver.Process(route, ctx, in, "g", parked)
