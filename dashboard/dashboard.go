@@ -5,7 +5,9 @@
 // Pages: an overview (outbox depth and age, relays' bucket leases, barrier
 // rows, inbox and parked counts per consumer group, the health of the
 // components given in [Config.Health], and a chart of the last hour), the
-// outbox's parked and pending rows, the messages consumers parked, a lookup
+// outbox's parked and pending rows, failing consumers (the handler failures
+// the inbox recorded and, with name servers, each group's %RETRY% and %DLQ%
+// topics on the broker), the messages consumers parked, a lookup
 // of one transaction by txmsg ID or message key, and, with name servers
 // configured, consumer lag per topic on the broker and whether each
 // consumer group is online.
@@ -17,7 +19,7 @@
 // requests whose Host header names loopback or one of
 // [Config.AllowedHosts] (a page of another site reaching it through DNS
 // rebinding names its own host). Every action
-// (requeue, purge, replay) is a POST carrying a CSRF token and is logged
+// (requeue, purge, replay, resend) is a POST carrying a CSRF token and is logged
 // with who did it.
 //
 //	d, err := dashboard.New(db, dashboard.Config{Outbox: ob, Inbox: inbox, Checker: chk})
@@ -65,8 +67,9 @@ type Config struct {
 	Checker *checker.Checker
 	// Health are the components whose health the overview shows.
 	Health []HealthCheck
-	// Publisher replays parked messages (usually a txrmq.Publisher). Nil
-	// turns replay off.
+	// Publisher replays parked messages and resends dead-lettered ones
+	// (usually a txrmq.Publisher; resend needs a txmsg.GroupPublisher and
+	// NameServers). Nil turns replay and resend off.
 	Publisher txmsg.Publisher
 	// NameServers, when set, turn on the broker page and the broker's
 	// messages in transaction lookups. The broker requests carry no ACL
@@ -250,6 +253,8 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /consumers/message/body", d.parkedBody)
 	m.HandleFunc("POST /consumers/replay", d.action(d.consumerReplay))
 	m.HandleFunc("POST /consumers/purge", d.action(d.consumerPurge))
+	m.HandleFunc("POST /consumers/resend", d.action(d.consumerResend))
+	m.HandleFunc("POST /consumers/retry", d.action(d.consumerRetryNow))
 	m.HandleFunc("GET /tx", d.page(d.transaction))
 	m.HandleFunc("GET /broker", d.page(d.broker))
 	m.HandleFunc("GET /login", d.loginForm)

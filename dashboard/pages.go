@@ -55,8 +55,8 @@ type relayView struct {
 }
 
 type groupView struct {
-	Group           string
-	Handled, Parked int64
+	Group                    string
+	Handled, Parked, Failing int64
 }
 
 type healthView struct {
@@ -104,18 +104,18 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 	})
 	run(func() {
 		handled, parked, err := d.groupCounts(ctx)
+		failing, _ := d.inbox.FailingByGroup(ctx) // the Consumers page reports its error
 		mu.Lock()
 		defer mu.Unlock()
 		data.GroupsErr = errText(err)
 		names := map[string]bool{}
-		for g := range handled {
-			names[g] = true
-		}
-		for g := range parked {
-			names[g] = true
+		for _, m := range []map[string]int64{handled, parked, failing} {
+			for g := range m {
+				names[g] = true
+			}
 		}
 		for g := range names {
-			data.Groups = append(data.Groups, groupView{Group: g, Handled: handled[g], Parked: parked[g]})
+			data.Groups = append(data.Groups, groupView{Group: g, Handled: handled[g], Parked: parked[g], Failing: failing[g]})
 		}
 		sort.Slice(data.Groups, func(i, j int) bool { return data.Groups[i].Group < data.Groups[j].Group })
 	})
@@ -398,6 +398,7 @@ type consumersData struct {
 	More    bool
 	NextURL string
 	Back    string
+	Failing *failingView
 }
 
 type parkedGroup struct {
@@ -455,6 +456,10 @@ func (d *Dashboard) consumerList(r *http.Request) (string, string, any, error) {
 		data.Counts = append(data.Counts, groupView{Group: g, Parked: n, Handled: handled[g]})
 	}
 	sort.Slice(data.Counts, func(i, j int) bool { return data.Counts[i].Group < data.Counts[j].Group })
+	if data.Failing, err = d.failingFor(r.Context(), data.Group); err != nil {
+		return "", "", nil, err
+	}
+	data.Counts = data.Failing.withGroups(data.Counts)
 	return "consumers", "Consumers", data, nil
 }
 

@@ -22,6 +22,11 @@ type Received struct {
 	Attempt int
 	// BornAt is when the producer created the message, if the broker says.
 	BornAt time.Time
+	// Final is set by a consumer when a failure of this delivery is the
+	// last: the broker does not deliver the message to the group again
+	// but moves it to the group's dead-letter topic. The inbox marks its
+	// failing row so (FailingRow.DeadLettered).
+	Final bool
 }
 
 // Delivery is one typed event handed to a [Handler].

@@ -82,6 +82,9 @@ type InboxConfig struct {
 	// ParkedTable is the table of parked messages. Default
 	// [DefaultParkedTable].
 	ParkedTable string
+	// FailingTable is the table of messages whose handler is failing
+	// ([FailingRow]). Default [DefaultFailingTable].
+	FailingTable string
 	// Logger receives the inbox's logs (duplicates skipped, at debug
 	// level); nil means slog.Default().
 	Logger *slog.Logger
@@ -94,12 +97,14 @@ type InboxConfig struct {
 // Inbox gives handlers exactly-once effects: each (consumer group, message
 // ID) pair runs its handler's transaction to commit at most once.
 type Inbox struct {
-	db     *gorm.DB // the inbox's own statements (store.Quiet)
-	user   *gorm.DB // as given: the handlers' transactions
-	table  string
-	parked string
-	logger *slog.Logger
-	hooks  Hooks
+	db      *gorm.DB // the inbox's own statements (store.Quiet)
+	user    *gorm.DB // as given: the handlers' transactions
+	table   string
+	parked  string
+	failing string
+	logger  *slog.Logger
+	hooks   Hooks
+	failLog failingLog
 }
 
 // Outcome says what the inbox did with a message.
@@ -150,19 +155,22 @@ func NewInbox(db *gorm.DB, cfg InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, parked: cfg.ParkedTable, hooks: hooks,
+	return &Inbox{db: store.Quiet(db), user: db, table: cfg.Table, parked: cfg.ParkedTable, failing: cfg.FailingTable, hooks: hooks,
 		logger: cfg.Logger.With("component", "txmsg.inbox", "table", cfg.Table)}, nil
 }
 
 // WithDefaults returns c with its zero fields set to their defaults:
-// Table [DefaultInboxTable], ParkedTable [DefaultParkedTable], Logger
-// slog.Default(). It checks nothing; see [InboxConfig.Validate].
+// Table [DefaultInboxTable], ParkedTable [DefaultParkedTable],
+// FailingTable [DefaultFailingTable], Logger slog.Default(). It checks nothing; see [InboxConfig.Validate].
 func (c InboxConfig) WithDefaults() InboxConfig {
 	if c.Table == "" {
 		c.Table = DefaultInboxTable
 	}
 	if c.ParkedTable == "" {
 		c.ParkedTable = DefaultParkedTable
+	}
+	if c.FailingTable == "" {
+		c.FailingTable = DefaultFailingTable
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -174,7 +182,7 @@ func (c InboxConfig) WithDefaults() InboxConfig {
 // a zero field that has a default is refused. Its errors wrap
 // [ErrInvalidConfig] and name the field.
 func (c InboxConfig) Validate() error {
-	for _, t := range []struct{ field, name string }{{"Table", c.Table}, {"ParkedTable", c.ParkedTable}} {
+	for _, t := range []struct{ field, name string }{{"Table", c.Table}, {"ParkedTable", c.ParkedTable}, {"FailingTable", c.FailingTable}} {
 		if !store.ValidIdent(t.name) {
 			return fmt.Errorf("%w: inbox: %s %q is not a plain SQL identifier", ErrInvalidConfig, t.field, t.name)
 		}
@@ -188,7 +196,7 @@ func (c InboxConfig) Validate() error {
 	return nil
 }
 
-// Migrate creates or updates the inbox and parked tables. On tables
+// Migrate creates or updates the inbox, parked and failing tables. On tables
 // created before their identifier columns were binary it converts those
 // columns first (one ALTER TABLE per table, which rebuilds it); see
 // docs/reliability.md.
@@ -196,7 +204,7 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	for _, t := range []struct {
 		name  string
 		model any
-	}{{in.table, &InboxRow{}}, {in.parked, &ParkedRow{}}} {
+	}{{in.table, &InboxRow{}}, {in.parked, &ParkedRow{}}, {in.failing, &FailingRow{}}} {
 		converted, err := store.Migrate(ctx, in.db, t.name, t.model)
 		if len(converted) > 0 {
 			in.logger.Warn("converted identifier columns to binary: IDs now compare byte for byte", "migrated_table", t.name, "columns", converted)

@@ -37,3 +37,31 @@ CREATE TABLE IF NOT EXISTS `txmsg_dead_letter` (
   UNIQUE KEY `uk_txmsg_dead_group_msg` (`consumer_group`,`msg_id`),
   KEY `idx_txmsg_dead_parked_at` (`parked_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- The failing table (txmsg.FailingRow): one row per (consumer group,
+-- message) whose handler returned an error or panicked, written outside the
+-- handler's rolled-back transaction and deleted when a later delivery is
+-- handled or parked. Rows of messages the broker dead-lettered stay until
+-- purged (txmsg.Inbox.PurgeFailing, txmsgctl purge -failing-older-than).
+-- The body is the first 64 KiB (body_size is the whole size).
+CREATE TABLE IF NOT EXISTS `txmsg_inbox_failing` (
+  `id` bigint(20) NOT NULL AUTO_INCREMENT,
+  `consumer_group` varbinary(255) NOT NULL,
+  `msg_id` varbinary(255) NOT NULL,
+  `broker_message_id` varbinary(255) NOT NULL,
+  `topic` varbinary(127) NOT NULL,
+  `tag` varchar(255) NOT NULL,                   -- as received; not compared
+  `keys` varchar(1024) NOT NULL,
+  `properties` text NOT NULL,
+  `body` mediumblob DEFAULT NULL,
+  `body_size` bigint(20) NOT NULL,
+  `failures` bigint(20) NOT NULL,
+  `attempt` bigint(20) NOT NULL,
+  `error` text NOT NULL,
+  `dead_lettered` tinyint(1) NOT NULL,
+  `first_failed_at` datetime(6) NOT NULL,
+  `last_failed_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_txmsg_failing_group_msg` (`consumer_group`,`msg_id`),
+  KEY `idx_txmsg_failing_last_failed_at` (`last_failed_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -28,6 +28,7 @@ func (in *Inbox) parkFailed(ctx context.Context, group string, r *Received, caus
 	if err := in.park(ctx, group, r, fmt.Errorf("handler failed %d times, last error: %w", r.Attempt, cause)); err != nil {
 		return err
 	}
+	in.clearFailure(ctx, group, r.Message.ID)
 	in.hooks.consumed(ctx, group, r, OutcomeParked, nil, time.Since(start))
 	return nil
 }

@@ -91,18 +91,22 @@ func (r Route) Validate() error {
 // handled, was a duplicate, or was parked); an error means the broker should
 // deliver it again. A panic outside the handler's transaction (in the
 // codec, say) is returned as a [*PanicError], like the handler's own, so
-// the hooks see that attempt too.
+// the hooks see that attempt too. A failure is recorded in the inbox's
+// failing table, and a later success removes it (see [FailingRow]).
 func (r Route) handle(ctx context.Context, in *Inbox, group string, rec *Received) (Outcome, error) {
 	if rec == nil || rec.Message == nil {
 		return 0, fmt.Errorf("%w: received message is nil", ErrInvalidMessage)
 	}
 	if len(in.hooks) == 0 {
-		return r.processRecovering(ctx, in, group, rec)
+		outcome, err := r.processRecovering(ctx, in, group, rec)
+		in.noteOutcome(ctx, group, rec, err)
+		return outcome, err
 	}
 	start := time.Now()
 	ctx = in.hooks.beforeHandle(ctx, group, rec)
 	outcome, err := r.processRecovering(ctx, in, group, rec)
 	in.hooks.consumed(ctx, group, rec, outcome, err, time.Since(start))
+	in.noteOutcome(ctx, group, rec, err)
 	return outcome, err
 }
 

@@ -18,7 +18,7 @@ func TestInboxSQLMatchesMigrate(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, in.Migrate(context.Background()))
 	testbed.ExecSQLFile(t, fromFile, "inbox.sql")
-	for _, table := range []string{txmsg.DefaultInboxTable, txmsg.DefaultParkedTable} {
+	for _, table := range []string{txmsg.DefaultInboxTable, txmsg.DefaultParkedTable, txmsg.DefaultFailingTable} {
 		require.Equal(t, testbed.Shape(t, migrated, table), testbed.Shape(t, fromFile, table), table)
 	}
 }

@@ -316,6 +316,7 @@ func (c *Consumer) process(ctx context.Context, r txmsg.Route, ext *primitive.Me
 	defer context.AfterFunc(c.handlerCtx, cancel)()
 
 	rec := fromExt(ext)
+	rec.Final = rec.Attempt > c.cfg.MaxReconsumeTimes // a failure now sends it to %DLQ%<group>
 	outcome, err := c.run(ctx, r, rec)
 	if err != nil && ctx.Err() == nil {
 		outcome, err = c.holdThroughOutage(ctx, r, rec, err)

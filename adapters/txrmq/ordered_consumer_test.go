@@ -199,8 +199,15 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	cfg.MaxReconsumeTimes = 2
 	logs := &lockedBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	var failingSeen atomic.Int32 // the failures recorded when attempt 3 began
 	b.startOrdered(cfg, inbox, txmsg.Handle(b.topicOf(), orderedHandler(func(d txmsg.Delivery[consumerEvent]) error {
 		if d.Event.N == 3 {
+			if d.Attempt == 3 {
+				rows, err := inbox.Failing(context.Background(), txmsg.FailingFilter{Group: b.group, IDs: []string{d.Message.ID}})
+				if err == nil && len(rows) == 1 {
+					failingSeen.Store(int32(rows[0].Failures))
+				}
+			}
 			return fmt.Errorf("event 3 always fails (attempt %d)", d.Attempt)
 		}
 		return nil
@@ -235,6 +242,10 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	require.Equal(t, []string{poison.ID}, hook.parked)
 	hook.mu.Unlock()
 	require.EqualValues(t, 0, b.inboxRows(poison.ID), "a parked message is not recorded as handled")
+	require.EqualValues(t, 2, failingSeen.Load(), "its failures were recorded while it was retried in place")
+	failing, err := inbox.Failing(context.Background(), txmsg.FailingFilter{Group: b.group})
+	require.NoError(t, err)
+	require.Empty(t, failing, "parking it removed its failing row")
 	require.Contains(t, logs.String(), "level=ERROR msg=\"handler failed on its last attempt; message parked in the inbox's parked table and its queue goes on\"")
 	require.Contains(t, logs.String(), "txmsg_id="+poison.ID)
 }

@@ -28,6 +28,7 @@ type common struct {
 	barrierTable string
 	inboxTable   string
 	parkedTable  string
+	failingTable string
 	outboxTable  string
 	timeout      time.Duration
 	verbose      bool
@@ -48,6 +49,7 @@ func newFlags(e *env, name, synopsis string) (*flag.FlagSet, *common) {
 	fs.StringVar(&c.barrierTable, "barrier-table", checker.DefaultTable, "barrier table")
 	fs.StringVar(&c.inboxTable, "inbox-table", txmsg.DefaultInboxTable, "inbox table")
 	fs.StringVar(&c.parkedTable, "parked-table", txmsg.DefaultParkedTable, "table of parked messages")
+	fs.StringVar(&c.failingTable, "failing-table", txmsg.DefaultFailingTable, "table of messages whose handler is failing")
 	fs.StringVar(&c.outboxTable, "outbox-table", outbox.DefaultTable, "outbox table (its relays' tables are <name>_lease and <name>_relay)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.BoolVar(&c.verbose, "v", false, "log what the components do (debug level)")
@@ -107,7 +109,7 @@ func (c *common) open(ctx context.Context, e *env) (*conn, error) {
 	sqlDB.SetMaxOpenConns(4)
 	k := &conn{db: db, display: display, dbName: cfg.DBName}
 	if k.chk, err = checker.New(db, checker.Config{Table: c.barrierTable, Logger: e.log}); err == nil {
-		if k.inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Table: c.inboxTable, ParkedTable: c.parkedTable, Logger: e.log}); err == nil {
+		if k.inbox, err = txmsg.NewInbox(db, txmsg.InboxConfig{Table: c.inboxTable, ParkedTable: c.parkedTable, FailingTable: c.failingTable, Logger: e.log}); err == nil {
 			k.ob, err = outbox.New(db, outbox.Config{Table: c.outboxTable, Logger: e.log})
 		}
 	}

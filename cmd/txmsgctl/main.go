@@ -3,7 +3,8 @@
 // It also creates and checks the RocketMQ topics that consumers need.
 //
 //	txmsgctl migrate                     create the barrier, inbox, parked and outbox tables
-//	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked messages
+//	txmsgctl stats [-json]               outbox depth and lag, barrier rows, inbox size, parked and failing messages
+//	txmsgctl failing [-group G] [ID...]  messages whose handler is failing, per group
 //	txmsgctl parked list    -kind outbox|consumer
 //	txmsgctl parked show    -kind outbox|consumer [-full | -out FILE] ID...
 //	txmsgctl parked requeue -kind outbox|consumer ID...
@@ -71,11 +72,11 @@ const usageText = `txmsgctl administers txmsg's tables and RocketMQ topics.
 
 Usage:
   txmsgctl migrate [flags]
-      Create or update the barrier, inbox, parked and outbox tables
-      (-only barrier,inbox,outbox picks some).
+      Create or update the barrier, inbox, parked, failing and outbox
+      tables (-only barrier,inbox,outbox picks some).
   txmsgctl stats [flags] [-json]
       Outbox rows by status and the oldest pending row's age; barrier rows
-      by state; inbox rows and parked messages by consumer group.
+      by state; inbox rows, parked and failing messages by consumer group.
   txmsgctl parked list    -kind outbox|consumer [-group G] [-limit N]
   txmsgctl parked show    -kind outbox|consumer [-group G] [-full | -out FILE] ID...
       Print rows with the first 4 KiB of each body; -full prints whole
@@ -87,10 +88,14 @@ Usage:
   txmsgctl parked purge   -kind outbox|consumer [-group G] (-older-than D | ID...)
       Delete parked outbox rows or parked messages, by age or by ID.
       "dead" is an alias of "parked" (txmsgctl dead list ...).
+  txmsgctl failing [-group G] [-limit N] [-full] [ID...]
+      Messages whose handler is failing, per consumer group: failures,
+      first and last failure, last error; with IDs, each one whole with
+      the first 64 KiB of its body.
   txmsgctl purge [flags]
-      Apply retention now: sent outbox rows, barrier rows and inbox rows
-      older than their ages (and, when asked, parked rows and parked
-      messages).
+      Apply retention now: sent outbox rows, barrier rows, inbox rows and
+      failing-message records older than their ages (and, when asked,
+      parked rows and parked messages).
   txmsgctl serve [-addr 127.0.0.1:8089] [-allow-actions] [-namesrv HOST:PORT]
       Run the web dashboard: outbox, parked messages, transactions and,
       with -namesrv, the broker. Read-only unless -allow-actions; actions
@@ -161,6 +166,8 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		return cmdStats(ctx, e, rest)
 	case "purge":
 		return cmdPurge(ctx, e, rest)
+	case "failing":
+		return cmdFailing(ctx, e, rest)
 	case "serve":
 		return cmdServe(ctx, e, rest)
 	case "topic":

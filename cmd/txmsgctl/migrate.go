@@ -46,7 +46,7 @@ func cmdMigrate(ctx context.Context, e *env, args []string) error {
 			tables = []string{k.chk.Table()}
 		case "inbox":
 			in, dl := k.inbox.Tables()
-			tables = []string{in, dl}
+			tables = []string{in, dl, k.inbox.FailingTable()}
 		case "outbox":
 			tables = []string{k.ob.Table(), k.ob.Table() + "_lease", k.ob.Table() + "_relay"}
 		}

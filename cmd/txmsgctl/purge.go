@@ -21,6 +21,7 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	parked := new(time.Duration)
 	fs.DurationVar(parked, "parked-messages-older-than", -1, "also delete messages consumers parked longer ago than this; negative (the default) skips")
 	fs.DurationVar(parked, "dead-letters-older-than", -1, "the name of -parked-messages-older-than in earlier releases")
+	failing := fs.Duration("failing-older-than", 24*time.Hour, "delete records of failing messages whose last failure is older than this (messages the broker dead-lettered leave theirs); negative skips")
 	batch := fs.Int("batch", txmsg.DefaultPurgeBatch, "rows deleted per statement")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -62,6 +63,9 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 		{inTable, "inbox rows", *inbox, k.inbox.Purge},
 		{parkedTable, "parked messages", *parked, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
 			return k.inbox.PurgeParked(ctx, age, batch, "")
+		}},
+		{k.inbox.FailingTable(), "failing messages", *failing, func(ctx context.Context, age time.Duration, batch int) (int64, error) {
+			return k.inbox.PurgeFailing(ctx, age, batch, "")
 		}},
 	}
 	for _, s := range steps {

@@ -20,6 +20,7 @@ type statsReport struct {
 	Barrier  barrierStats `json:"barrier"`
 	Inbox    groupCounts  `json:"inbox"`
 	Parked   groupCounts  `json:"parked"`
+	Failing  groupCounts  `json:"failing"`
 }
 
 type outboxStats struct {
@@ -83,6 +84,7 @@ func collectStats(ctx context.Context, k *conn) (*statsReport, error) {
 		Barrier:  barrierStats{Table: k.chk.Table(), Present: k.has(ctx, k.chk.Table())},
 		Inbox:    groupCounts{Table: inTable, Present: k.has(ctx, inTable), Groups: map[string]int64{}},
 		Parked:   groupCounts{Table: parkedTable, Present: k.has(ctx, parkedTable), Groups: map[string]int64{}},
+		Failing:  groupCounts{Table: k.inbox.FailingTable(), Present: k.has(ctx, k.inbox.FailingTable()), Groups: map[string]int64{}},
 	}
 	if !r.Outbox.Present && !r.Barrier.Present && !r.Inbox.Present && !r.Parked.Present {
 		return nil, fmt.Errorf("%w: none of %s, %s, %s, %s is in database %q; create them with \"txmsgctl migrate\", or name yours with the -*-table flags",
@@ -106,7 +108,7 @@ func collectStats(ctx context.Context, k *conn) (*statsReport, error) {
 	for _, g := range []struct {
 		counts *groupCounts
 		count  func(context.Context) (map[string]int64, error)
-	}{{&r.Inbox, k.inbox.HandledByGroup}, {&r.Parked, k.inbox.ParkedByGroup}} {
+	}{{&r.Inbox, k.inbox.HandledByGroup}, {&r.Parked, k.inbox.ParkedByGroup}, {&r.Failing, k.inbox.FailingByGroup}} {
 		if !g.counts.Present {
 			continue
 		}
@@ -152,7 +154,7 @@ func printStats(w io.Writer, r *statsReport) {
 	for _, g := range []struct {
 		title string
 		c     groupCounts
-	}{{"inbox", r.Inbox}, {"parked", r.Parked}} {
+	}{{"inbox", r.Inbox}, {"parked", r.Parked}, {"failing", r.Failing}} {
 		fmt.Fprintf(tw, "\n%s\t%s\n", g.title, g.c.Table)
 		if !g.c.Present {
 			missing(g.c.Table)

@@ -283,6 +283,35 @@ func TestOperatorRequeuesAndReplaysInTheBrowser(t *testing.T) {
 	shot.take(ctx, "broker")
 }
 
+// TestOperatorSeesAFailingConsumerInTheBrowser: a handler that keeps
+// failing on one message shows on the Consumers page, under its group,
+// with its failures and its error.
+func TestOperatorSeesAFailingConsumerInTheBrowser(t *testing.T) {
+	const token = "browser-test-token-9a3e"
+	ctx := browser(t)
+	b := dashtest.New(t, dashtest.Options{Token: token, AllowActions: true})
+	shot := newShots(t)
+	const cause = "charge card for order o-3001: payment gateway answered 502 Bad Gateway"
+	id := b.Failing("billing-service", "order-3001", dashtest.Body(dashtest.Event{Order: "o-3001", Qty: 1}), cause, 4)
+
+	run(t, ctx, chromedp.Navigate(b.URL+"consumers"))
+	run(t, ctx,
+		chromedp.WaitVisible(chromedp.CSS("#login")),
+		chromedp.SendKeys(chromedp.CSS(`#login input[name="name"]`), "alice"),
+		chromedp.SendKeys(chromedp.CSS(`#login input[name="token"]`), token),
+		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
+	)
+	row := `.failing-group[data-group="billing-service"] tr[data-msg-id="` + id + `"]`
+	run(t, ctx, chromedp.WaitVisible(chromedp.CSS("#failing")), chromedp.WaitVisible(chromedp.CSS(row)))
+	if got := text(t, ctx, chromedp.CSS(row+" td.err")); got != cause {
+		t.Fatalf("the failing row shows error %q, want %q", got, cause)
+	}
+	if got := text(t, ctx, chromedp.CSS(row+" td.failures")); got != "4" {
+		t.Fatalf("the failing row shows %s failures, want 4", got)
+	}
+	shot.take(ctx, "consumers-failing")
+}
+
 func itoa(i int) string {
 	if i == 0 {
 		return "0"

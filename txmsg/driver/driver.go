@@ -24,10 +24,15 @@
 // inbox's transaction, parks a message whose body cannot be decoded, and
 // calls the inbox's HookBeforeHandle and HookConsumed hooks. A nil error
 // means the message may be acknowledged; an error means the broker must
-// deliver it again. A consumer must not let a panic escape into the
-// broker's client: Process returns a panic of the handler or the codec as
-// a [*txmsg.PanicError] (and reports that attempt to the hooks), and the
-// consumer recovers what else of its own may panic the same way.
+// deliver it again. Process also records each failure in the inbox's
+// failing table (txmsg.FailingRow), outside the handler's transaction, and
+// deletes the record when a later delivery (Attempt above 1) succeeds; a
+// consumer that knows a failure will be the message's last (the broker
+// dead-letters it next) sets Received.Final. A consumer must not let a
+// panic escape into the broker's client: Process returns a panic of the
+// handler or the codec as a [*txmsg.PanicError] (and reports that attempt
+// to the hooks), and the consumer recovers what else of its own may panic
+// the same way.
 //
 // [Run] is the inbox step alone, for code that runs its own function
 // exactly once per (group, message ID) instead of a Route.
@@ -187,7 +192,9 @@ func CallLocal(ctx context.Context, tx *gorm.DB, local txmsg.LocalTx) error {
 // The inbox's HookBeforeHandle and HookConsumed hooks are called around
 // it. A nil error means the message may be acknowledged (it was handled,
 // was a duplicate, or was parked); an error means the broker should
-// deliver it again.
+// deliver it again. A failure, unless ctx is done, is recorded in in's
+// failing table, and a later delivery (Attempt above 1) that succeeds
+// deletes the record; neither write can fail Process.
 func Process(r txmsg.Route, ctx context.Context, in *txmsg.Inbox, group string, rec *txmsg.Received) (txmsg.Outcome, error) {
 	return process(r, ctx, in, group, rec)
 }
@@ -217,8 +224,9 @@ func Park(in *txmsg.Inbox, ctx context.Context, group string, r *txmsg.Received,
 // replayable like an undecodable one, and the queue behind it can go on.
 //
 // A second ParkFailed of the same (group, message ID) stores nothing more
-// (the hooks see it again). An error means nothing was parked and the
-// message must not be skipped.
+// (the hooks see it again). It deletes the message's row of the failing
+// table. An error means nothing was parked and the message must not be
+// skipped.
 func ParkFailed(in *txmsg.Inbox, ctx context.Context, group string, r *txmsg.Received, cause error) error {
 	return parkFailed(in, ctx, group, r, cause)
 }

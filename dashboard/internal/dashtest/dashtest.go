@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -239,6 +240,26 @@ func (b *Bed) Parked(group, key string, body []byte, cause string) string {
 		Properties: map[string]string{"trace": "def-456"}}, BrokerMessageID: "7F00000100002A9F0000000000" + id[:6], Attempt: 1}
 	if err := driver.Park(b.Inbox, context.Background(), group, r, fmt.Errorf("%w: %s", txmsg.ErrDecode, cause)); err != nil {
 		b.T.Fatal(err)
+	}
+	return id
+}
+
+// Failing runs a message of the bed's topic through group's inbox with a
+// handler that fails with cause, attempts times, as a consumer does on
+// each delivery, and returns its txmsg ID: it is then in the inbox's
+// failing table.
+func (b *Bed) Failing(group, key string, body []byte, cause string, attempts int) string {
+	b.T.Helper()
+	id := txmsg.NewID()
+	route := txmsg.Handle(txmsg.Topic[Event]{Name: b.Topic}, func(context.Context, *gorm.DB, txmsg.Delivery[Event]) error {
+		return errors.New(cause)
+	})
+	r := &txmsg.Received{Message: &txmsg.Message{ID: id, Topic: b.Topic, Keys: []string{key}, Body: body},
+		BrokerMessageID: "7F00000100002A9F0000000000" + id[:6]}
+	for r.Attempt = 1; r.Attempt <= attempts; r.Attempt++ {
+		if _, err := driver.Process(route, context.Background(), b.Inbox, group, r); err == nil {
+			b.T.Fatalf("the failing handler of %s succeeded", id)
+		}
 	}
 	return id
 }

@@ -1,8 +1,9 @@
 // Package rmqadmin speaks the few read-only requests of RocketMQ's
 // remoting protocol that the dashboard needs and rocketmq-client-go does
 // not expose: topic routes, queue offsets, a group's committed offsets,
-// the groups consuming a topic, a group's connected consumers, and
-// messages by key. Each request is one
+// the groups consuming a topic, a group's connected consumers, messages
+// by key, and messages by queue offset (pulls that commit nothing, as the
+// broker's own TOOLS_CONSUMER group). Each request is one
 // [rmqwire.Invoke]: a connection of its own, one JSON-encoded command,
 // one answer; nothing is cached and nothing is written to the broker.
 package rmqadmin
