@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -334,6 +335,8 @@ type alertProc struct {
 	chk *checker.Checker
 	pg  string // the transactional producer's group
 	tr  *txrmq.Transactional
+	// sweeper is the sweeper's group.
+	sweeper string
 	// ob writes the outbox; the collector reads it through statsProxy,
 	// which the test can cut.
 	ob         *outbox.Outbox
@@ -375,7 +378,8 @@ func newAlertProc(t *testing.T) *alertProc {
 	t.Cleanup(func() { _ = p.tr.Close(context.Background()) })
 	p.m.AddTransactional(p.pg, p.topic)
 	txprom.WatchCheckBackCache(p.m, p.pg, p.tr.CheckBackCacheStats)
-	p.m.AddSweeper(testbed.Name(t, "sweeper"), p.topic)
+	p.sweeper = testbed.Name(t, "sweeper")
+	p.m.AddSweeper(p.sweeper, p.topic)
 
 	p.ob, err = outbox.New(db, outbox.Config{Logger: log, Hooks: txmsg.Hooks{p.m}, MaxBodySize: maxBody})
 	require.NoError(t, err)
@@ -426,18 +430,22 @@ func (p *alertProc) healthy(t *testing.T) {
 	require.Empty(t, p.eval.firing(t, p.last), "no alert fires while the service is healthy")
 }
 
-// expectAlerts scrapes until the alerts named want fire (30 s at most),
-// then checks that they, and no other, fire, each for the labels
-// labels (the label values of the component the incident hit).
-func (p *alertProc) expectAlerts(t *testing.T, want []string, labelsWant map[string]string) {
+// alertWant maps the name of each alert an incident must fire to label
+// values it must carry.
+type alertWant = map[string]map[string]string
+
+// expectAlerts scrapes until the alerts named in want fire (30 s at
+// most), then checks that they, and no other, fire, each with the label
+// values want gives it (those of the component the incident hit).
+func (p *alertProc) expectAlerts(t *testing.T, want alertWant) {
 	t.Helper()
-	sort.Strings(want)
+	names := slices.Sorted(maps.Keys(want))
 	deadline := time.Now().Add(30 * time.Second)
 	var got []string
 	for {
 		p.scrapes(t, 1)
 		got = p.eval.firing(t, p.last)
-		if slices.Equal(alertNames(got), want) || time.Now().After(deadline) {
+		if slices.Equal(alertNames(got), names) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(scrapeInterval)
@@ -445,12 +453,11 @@ func (p *alertProc) expectAlerts(t *testing.T, want []string, labelsWant map[str
 	// Two more scrapes: what fires stays the same.
 	p.scrapes(t, 2)
 	got = p.eval.firing(t, p.last)
-	require.Equal(t, want, alertNames(got), "the alerts that fire: %v", got)
+	require.Equal(t, names, alertNames(got), "the alerts that fire: %v", got)
 	for _, a := range got {
-		for k, v := range labelsWant {
-			if strings.Contains(a, k+"=") {
-				require.Contains(t, a, fmt.Sprintf("%s=%q", k, v), "%s is about the component of the incident", a)
-			}
+		name, _, _ := strings.Cut(a, "{")
+		for k, v := range want[name] {
+			require.Contains(t, a, fmt.Sprintf("%s=%q", k, v), "%s is about the component of the incident", a)
 		}
 	}
 }
@@ -557,7 +564,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.healthy(t)
 		p.startConsumer(t, func() error { return errors.New("handler fails on every message") })
 		p.publish(t, []byte(`{"n":1}`))
-		p.expectAlerts(t, []string{"TxmsgConsumerErrors"}, map[string]string{"group": p.cg, "topic": p.topic})
+		p.expectAlerts(t, alertWant{"TxmsgConsumerErrors": {"group": p.cg, "topic": p.topic}})
 	})
 
 	t.Run("ConsumerParks", func(t *testing.T) {
@@ -566,7 +573,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.healthy(t)
 		p.startConsumer(t, func() error { return nil })
 		p.publish(t, []byte(`not json`))
-		p.expectAlerts(t, []string{"TxmsgConsumerParked"}, map[string]string{"group": p.cg, "topic": p.topic})
+		p.expectAlerts(t, alertWant{"TxmsgConsumerParked": {"group": p.cg, "topic": p.topic}})
 	})
 
 	t.Run("RelayBrokerUnreachable", func(t *testing.T) {
@@ -576,7 +583,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.startRelay(t, "127.0.0.1:1", 0)
 		_, err := p.ob.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: []byte(`{"n":1}`)}, noop)
 		require.NoError(t, err)
-		p.expectAlerts(t, []string{"TxmsgRelayBrokerUnavailable"}, map[string]string{"relay": p.relay, "table": p.ob.Table()})
+		p.expectAlerts(t, alertWant{"TxmsgRelayBrokerUnavailable": {"relay": p.relay, "table": p.ob.Table()}})
 	})
 
 	t.Run("RelayRefusedAndParked", func(t *testing.T) {
@@ -586,7 +593,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.startRelay(t, testbed.NameServer(), 1)
 		_, err := p.ob.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: oversized()}, noop)
 		require.NoError(t, err)
-		p.expectAlerts(t, []string{"TxmsgOutboxParked", "TxmsgRelayPublishErrors"}, map[string]string{"relay": p.relay, "table": p.ob.Table()})
+		p.expectAlerts(t, alertWant{"TxmsgOutboxParked": {"table": p.ob.Table()}, "TxmsgRelayPublishErrors": {"relay": p.relay, "table": p.ob.Table()}})
 	})
 
 	t.Run("OutboxBacklog", func(t *testing.T) {
@@ -598,7 +605,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		_, err := p.ob.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: []byte(`{"n":1}`)}, noop)
 		require.NoError(t, err)
 		require.NoError(t, p.db.Exec("UPDATE "+p.ob.Table()+" SET created_at = created_at - INTERVAL 10 MINUTE").Error)
-		p.expectAlerts(t, []string{"TxmsgOutboxBacklog"}, map[string]string{"table": p.ob.Table()})
+		p.expectAlerts(t, alertWant{"TxmsgOutboxBacklog": {"table": p.ob.Table()}})
 	})
 
 	t.Run("OutboxStatsFail", func(t *testing.T) {
@@ -606,7 +613,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p := newAlertProc(t)
 		p.healthy(t)
 		p.statsProxy.Cut()
-		p.expectAlerts(t, []string{"TxmsgOutboxStatsDown"}, map[string]string{"table": p.ob.Table()})
+		p.expectAlerts(t, alertWant{"TxmsgOutboxStatsDown": {"table": p.ob.Table()}})
 	})
 
 	t.Run("InvalidSends", func(t *testing.T) {
@@ -615,7 +622,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.healthy(t)
 		_, err := p.tr.Transact(p.ctx, &txmsg.Message{Topic: p.topic}, noop)
 		require.ErrorIs(t, err, txmsg.ErrInvalidMessage)
-		p.expectAlerts(t, []string{"TxmsgInvalidSends"}, map[string]string{"topic": p.topic})
+		p.expectAlerts(t, alertWant{"TxmsgInvalidSends": {"topic": p.topic}})
 	})
 
 	t.Run("HalfSendRefused", func(t *testing.T) {
@@ -626,7 +633,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		_, err := p.tr.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: oversized()}, noop)
 		require.Error(t, err)
 		require.NotErrorIs(t, err, txmsg.ErrInvalidMessage)
-		p.expectAlerts(t, []string{"TxmsgHalfSendErrors"}, map[string]string{"topic": p.topic})
+		p.expectAlerts(t, alertWant{"TxmsgHalfSendErrors": {"topic": p.topic}})
 	})
 
 	t.Run("CheckBackUnknown", func(t *testing.T) {
@@ -644,7 +651,55 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		p.expectAlerts(t, []string{"TxmsgCheckBackUnknown"}, map[string]string{"group": p.pg, "topic": p.topic})
+		p.expectAlerts(t, alertWant{"TxmsgCheckBackUnknown": {"group": p.pg, "topic": p.topic}})
+	})
+
+	t.Run("SweeperHolds", func(t *testing.T) {
+		t.Parallel()
+		p := newAlertProc(t)
+		p.healthy(t)
+		require.NoError(t, p.tr.Start(p.ctx))
+		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: p.conn, Group: testbed.Name(t, "sweeppub")})
+		require.NoError(t, err)
+		require.NoError(t, pub.Start(p.ctx))
+		t.Cleanup(func() { _ = pub.Close(context.Background()) })
+		sw, err := txrmq.NewSweeper(p.chk, pub, txrmq.SweeperConfig{
+			Conn: p.conn, Group: p.sweeper, Hooks: txmsg.Hooks{p.m}, ProducerGroups: []string{p.pg},
+			HoldFor: time.Second, RetryDelayLevel: 1, Parked: p.inbox,
+		})
+		require.NoError(t, err)
+		require.NoError(t, sw.Start(p.ctx))
+		t.Cleanup(func() { _ = sw.Close(context.Background()) })
+		purger, err := checker.New(p.db, checker.Config{Logger: p.log, CheckWindow: time.Second})
+		require.NoError(t, err)
+
+		// A local transaction outlives the broker's check-backs (5 on the
+		// test bed), which the producer answers UNKNOWN, so the broker
+		// discards its half message to the sweeper. A purge runs in the
+		// meantime, and the transaction then rolls back: the barrier has
+		// no row for it, and a purge horizon after its start, so whether
+		// it committed cannot be known and the sweeper holds it.
+		_, err = p.tr.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: []byte(`{"n":1}`)}, func(ctx context.Context, _ *gorm.DB) error {
+			deadline := time.Now().Add(60 * time.Second)
+			for value(t, p.reg, "txmsg_checkbacks_total", "group", p.pg, "topic", p.topic, "result", "unknown") < 5 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			purged := make(chan error, 1)
+			go func() { _, err := purger.Purge(context.WithoutCancel(ctx), time.Second, 0); purged <- err }()
+			t.Cleanup(func() { require.NoError(t, <-purged) })
+			for time.Now().Before(deadline) {
+				if h, err := p.chk.Horizon(ctx); err == nil && !h.IsZero() {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return errors.New("the local transaction fails after the broker gave up on it")
+		})
+		require.Error(t, err)
+		require.Eventually(t, func() bool {
+			return value(t, p.reg, "txmsg_sweeper_held_total", "group", p.sweeper, "topic", p.topic) >= 1
+		}, 60*time.Second, 100*time.Millisecond, "the sweeper holds the discarded half message")
+		p.expectAlerts(t, alertWant{"TxmsgCheckBackUnknown": {"group": p.pg, "topic": p.topic}, "TxmsgSweeperHeld": {"group": p.sweeper, "topic": p.topic}})
 	})
 
 	t.Run("CheckBacksMissTheCache", func(t *testing.T) {
@@ -676,6 +731,6 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		p.expectAlerts(t, []string{"TxmsgCheckBackCacheMissing"}, map[string]string{"group": p.pg})
+		p.expectAlerts(t, alertWant{"TxmsgCheckBackCacheMissing": {"group": p.pg}})
 	})
 }
