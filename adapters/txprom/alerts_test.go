@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/util/annotations"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -346,6 +348,9 @@ type alertProc struct {
 	inbox      *txmsg.Inbox
 
 	last time.Time // the last scrape
+	// fired records the alerts expectAlerts saw fire, across the
+	// subtests.
+	fired *sync.Map
 }
 
 // maxBody is the producers' MaxBodySize: twice the broker's
@@ -353,13 +358,13 @@ type alertProc struct {
 // refuses it.
 const maxBody = 2 * txmsg.DefaultMaxBodySize
 
-func newAlertProc(t *testing.T) *alertProc {
+func newAlertProc(t *testing.T, fired *sync.Map) *alertProc {
 	t.Helper()
 	testbed.RequireBroker(t)
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(testbed.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelError}))
 	db, dsn := testbed.DBWithDSN(t)
-	p := &alertProc{ctx: ctx, log: log, db: db, topic: testbed.Topic(t), store: newScrapeStore(),
+	p := &alertProc{ctx: ctx, log: log, db: db, topic: testbed.Topic(t), store: newScrapeStore(), fired: fired,
 		conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}, Logger: log}}
 	p.eval = newAlertEval(t, p.store)
 	p.reg = prom.NewRegistry()
@@ -459,6 +464,7 @@ func (p *alertProc) expectAlerts(t *testing.T, want alertWant) {
 		for k, v := range want[name] {
 			require.Contains(t, a, fmt.Sprintf("%s=%q", k, v), "%s is about the component of the incident", a)
 		}
+		p.fired.Store(name, true)
 	}
 }
 
@@ -529,10 +535,30 @@ var noop = func(context.Context, *gorm.DB) error { return nil }
 func TestAlertRulesFireOnIncidents(t *testing.T) {
 	t.Parallel()
 	testbed.RequireBroker(t)
+	// Every rule of docs/alerts.yml has an incident below that fires it
+	// (checked when every incident ran).
+	fired := &sync.Map{}
+	var defined, ran atomic.Int32
+	run := func(name string, f func(t *testing.T)) {
+		defined.Add(1)
+		t.Run(name, func(t *testing.T) {
+			ran.Add(1)
+			t.Parallel()
+			f(t)
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() || t.Skipped() || ran.Load() != defined.Load() {
+			return
+		}
+		for _, r := range loadAlertRules(t) {
+			_, ok := fired.Load(r.Alert)
+			assert.True(t, ok, "%s fired in no incident: add one to TestAlertRulesFireOnIncidents", r.Alert)
+		}
+	})
 
-	t.Run("HealthyTraffic", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("HealthyTraffic", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		// Both modes deliver events that a consumer handles, and a
 		// check-back of a committed transaction is answered from the cache.
@@ -558,27 +584,24 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		require.Empty(t, p.eval.firing(t, p.last), "no alert fires for healthy traffic")
 	})
 
-	t.Run("ConsumerHandlerFails", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("ConsumerHandlerFails", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		p.startConsumer(t, func() error { return errors.New("handler fails on every message") })
 		p.publish(t, []byte(`{"n":1}`))
 		p.expectAlerts(t, alertWant{"TxmsgConsumerErrors": {"group": p.cg, "topic": p.topic}})
 	})
 
-	t.Run("ConsumerParks", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("ConsumerParks", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		p.startConsumer(t, func() error { return nil })
 		p.publish(t, []byte(`not json`))
 		p.expectAlerts(t, alertWant{"TxmsgConsumerParked": {"group": p.cg, "topic": p.topic}})
 	})
 
-	t.Run("RelayBrokerUnreachable", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("RelayBrokerUnreachable", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		p.startRelay(t, "127.0.0.1:1", 0)
 		_, err := p.ob.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: []byte(`{"n":1}`)}, noop)
@@ -586,9 +609,8 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.expectAlerts(t, alertWant{"TxmsgRelayBrokerUnavailable": {"relay": p.relay, "table": p.ob.Table()}})
 	})
 
-	t.Run("RelayRefusedAndParked", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("RelayRefusedAndParked", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		p.startRelay(t, testbed.NameServer(), 1)
 		_, err := p.ob.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: oversized()}, noop)
@@ -596,9 +618,8 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.expectAlerts(t, alertWant{"TxmsgOutboxParked": {"table": p.ob.Table()}, "TxmsgRelayPublishErrors": {"relay": p.relay, "table": p.ob.Table()}})
 	})
 
-	t.Run("OutboxBacklog", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("OutboxBacklog", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		// No relay runs; the pending row is made 10 minutes old, past the
 		// rule's 5 minutes.
@@ -608,26 +629,23 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.expectAlerts(t, alertWant{"TxmsgOutboxBacklog": {"table": p.ob.Table()}})
 	})
 
-	t.Run("OutboxStatsFail", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("OutboxStatsFail", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		p.statsProxy.Cut()
 		p.expectAlerts(t, alertWant{"TxmsgOutboxStatsDown": {"table": p.ob.Table()}})
 	})
 
-	t.Run("InvalidSends", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("InvalidSends", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		_, err := p.tr.Transact(p.ctx, &txmsg.Message{Topic: p.topic}, noop)
 		require.ErrorIs(t, err, txmsg.ErrInvalidMessage)
 		p.expectAlerts(t, alertWant{"TxmsgInvalidSends": {"topic": p.topic}})
 	})
 
-	t.Run("HalfSendRefused", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("HalfSendRefused", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		require.NoError(t, p.tr.Start(p.ctx))
 		_, err := p.tr.Transact(p.ctx, &txmsg.Message{Topic: p.topic, Body: oversized()}, noop)
@@ -636,9 +654,8 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.expectAlerts(t, alertWant{"TxmsgHalfSendErrors": {"topic": p.topic}})
 	})
 
-	t.Run("CheckBackUnknown", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("CheckBackUnknown", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		require.NoError(t, p.tr.Start(p.ctx))
 		// A local transaction still running when the broker checks back:
@@ -654,9 +671,8 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.expectAlerts(t, alertWant{"TxmsgCheckBackUnknown": {"group": p.pg, "topic": p.topic}})
 	})
 
-	t.Run("SweeperHolds", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("SweeperHolds", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		require.NoError(t, p.tr.Start(p.ctx))
 		pub, err := txrmq.NewPublisher(txrmq.PublisherConfig{Conn: p.conn, Group: testbed.Name(t, "sweeppub")})
@@ -702,9 +718,8 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		p.expectAlerts(t, alertWant{"TxmsgCheckBackUnknown": {"group": p.pg, "topic": p.topic}, "TxmsgSweeperHeld": {"group": p.sweeper, "topic": p.topic}})
 	})
 
-	t.Run("CheckBacksMissTheCache", func(t *testing.T) {
-		t.Parallel()
-		p := newAlertProc(t)
+	run("CheckBacksMissTheCache", func(t *testing.T) {
+		p := newAlertProc(t, fired)
 		p.healthy(t)
 		// Check-backs for transactions this process did not run (another
 		// replica's, or from before a restart): each misses the outcome
