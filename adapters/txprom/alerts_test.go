@@ -123,12 +123,15 @@ func newScrapeStore() *scrapeStore {
 	return &scrapeStore{series: map[string]*scrapedSeries{}, last: map[string]bool{}}
 }
 
+// scrapeClient bounds a scrape as Prometheus's scrape_timeout does.
+var scrapeClient = &http.Client{Timeout: 10 * time.Second}
+
 // scrape fetches url once and appends its samples at the scrape's start
 // time, which it returns. The text is parsed by Prometheus's own parser.
 func (s *scrapeStore) scrape(t *testing.T, url string) time.Time {
 	t.Helper()
 	at := time.Now()
-	resp, err := http.Get(url)
+	resp, err := scrapeClient.Get(url)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
@@ -224,9 +227,9 @@ func (s *seriesSet) Warnings() annotations.Annotations { return nil }
 
 // alertEval evaluates docs/alerts.yml's rules over a scrapeStore with the
 // PromQL engine, the way Prometheus's rule manager does at one
-// evaluation: each sample of a rule's result is an alert, labelled with
-// the sample's labels, the rule's labels and alertname, and its
-// annotations are expanded with Prometheus's template engine.
+// evaluation: each sample of a rule's result is an alert with the
+// sample's labels, and its annotations are expanded with Prometheus's
+// template engine.
 //
 // `for:` is not waited out: an alert counts as firing from the first
 // evaluation that returns it (Prometheus would hold it pending that
@@ -259,30 +262,25 @@ func (e *alertEval) query(t *testing.T, expr string, at time.Time) promql.Vector
 }
 
 // firing evaluates every rule at at and returns the alerts, each as
-// "AlertName{label="value", ...}" with the labels the rule's expression
-// keeps, sorted. It fails t when an annotation of a returned alert does
+// AlertName{label="value", ...} with the labels of the rule's result,
+// sorted. It fails t when an annotation of a returned alert does
 // not expand.
 func (e *alertEval) firing(t *testing.T, at time.Time) []string {
 	t.Helper()
 	var out []string
 	for _, r := range e.rules {
 		for _, smp := range e.query(t, r.Expr, at) {
-			lb := labels.NewBuilder(smp.Metric).Del(labels.MetricName)
-			for k, v := range r.Labels {
-				lb.Set(k, v)
-			}
-			lb.Set(labels.AlertName, r.Alert)
-			lset := lb.Labels()
-			data := template.AlertTemplateData(smp.Metric.Map(), nil, "", smp)
+			alert := labels.NewBuilder(smp.Metric).Del(labels.MetricName).Labels()
+			data := template.AlertTemplateData(alert.Map(), nil, "", smp)
 			for name, text := range r.Annotations {
 				defs := "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$externalURL := .ExternalURL}}{{$value := .Value}}"
 				exp := template.NewTemplateExpander(context.Background(), defs+text, "__alert_"+r.Alert, data,
 					model.TimeFromUnixNano(at.UnixNano()), nil, nil, []string{"missingkey=error"})
 				got, err := exp.Expand()
-				require.NoError(t, err, "%s: annotation %s does not expand for %s", r.Alert, name, lset)
+				require.NoError(t, err, "%s: annotation %s does not expand for %s", r.Alert, name, alert)
 				require.NotContains(t, got, "<no value>", "%s: annotation %s", r.Alert, name)
 			}
-			out = append(out, r.Alert+smp.Metric.String())
+			out = append(out, r.Alert+alert.String())
 		}
 	}
 	sort.Strings(out)
@@ -439,13 +437,13 @@ func (p *alertProc) healthy(t *testing.T) {
 // values it must carry.
 type alertWant = map[string]map[string]string
 
-// expectAlerts scrapes until the alerts named in want fire (30 s at
+// expectAlerts scrapes until the alerts named in want fire (60 s at
 // most), then checks that they, and no other, fire, each with the label
 // values want gives it (those of the component the incident hit).
 func (p *alertProc) expectAlerts(t *testing.T, want alertWant) {
 	t.Helper()
 	names := slices.Sorted(maps.Keys(want))
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	var got []string
 	for {
 		p.scrapes(t, 1)
@@ -575,6 +573,7 @@ func TestAlertRulesFireOnIncidents(t *testing.T) {
 		require.NoError(t, err)
 		_, err = p.tr.ResolveCheckBack(p.ctx, committed.ID, committed.BrokerMessageID)
 		require.NoError(t, err)
+		require.Equal(t, 1.0, value(t, p.reg, "txmsg_checkback_cache_lookups_total", "group", p.pg, "result", "hit"))
 		require.Eventually(t, func() bool {
 			return value(t, p.reg, "txmsg_consumer_messages_total", "group", p.cg, "topic", p.topic, "result", "handled") == 2 &&
 				value(t, p.reg, "txmsg_outbox_rows", "table", p.ob.Table(), "status", "sent") == 1
