@@ -13,8 +13,9 @@ import (
 
 	prom "github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	txprom "github.com/txmsg/txmsg/adapters/txprom"
@@ -180,38 +181,13 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// alertRules is the part of a Prometheus rule file the test reads.
-type alertRules struct {
-	Groups []struct {
-		Name  string `yaml:"name"`
-		Rules []struct {
-			Alert       string            `yaml:"alert"`
-			Expr        string            `yaml:"expr"`
-			For         string            `yaml:"for"`
-			Labels      map[string]string `yaml:"labels"`
-			Annotations map[string]string `yaml:"annotations"`
-		} `yaml:"rules"`
-	} `yaml:"groups"`
-}
-
-var (
-	promString   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
-	promName     = regexp.MustCompile(`\b[a-zA-Z_:][a-zA-Z0-9_:]*\b`)
-	promSelector = regexp.MustCompile(`\b(txmsg_[a-z0-9_]+)\s*(\{[^}]*\})?`)
-	promMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
-	promGrouping = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
-	promRange    = regexp.MustCompile(`\[[0-9a-z]+\]`)
-	promBraces   = regexp.MustCompile(`\{[^}]*\}`)
-	templateVar  = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
-	// promWords are the PromQL words the rules may use besides metric names.
-	promWords = []string{"by", "without", "sum", "max", "min", "avg", "count", "rate", "increase", "irate", "delta", "abs", "on", "ignoring", "and", "or", "unless", "bool"}
-)
-
-// TestAlertRulesMatchMetrics checks docs/alerts.yml against a registry
-// with every component declared and no event yet: every metric a rule
-// reads is registered, every label it matches or aggregates by is one of
-// that metric's, every series it selects exists (a counter at 0), and
-// every $labels variable of its annotations survives its aggregation.
+// TestAlertRulesMatchMetrics checks docs/alerts.yml, parsed by
+// Prometheus (see loadAlertRules), against a registry with every
+// component declared and no event yet: every metric a rule selects is
+// registered, every label it matches on is one of that metric's, every
+// series it selects exists (a counter at 0), every label it aggregates
+// by is one of the metrics' it aggregates, and every $labels variable of
+// its annotations is a label of its result.
 func TestAlertRulesMatchMetrics(t *testing.T) {
 	t.Parallel()
 	reg := declared(t)
@@ -219,85 +195,88 @@ func TestAlertRulesMatchMetrics(t *testing.T) {
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 
-	b, err := os.ReadFile(filepath.Join(docsDir, "alerts.yml"))
-	require.NoError(t, err)
-	var rules alertRules
-	require.NoError(t, yaml.Unmarshal(b, &rules))
-	require.NotEmpty(t, rules.Groups)
-	n := 0
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			n++
-			require.NotEmpty(t, r.Alert, "rule %d of group %s has a name", n, g.Name)
-			require.NotEmpty(t, r.Expr, r.Alert)
-			expr := r.Expr
-			// The expression without strings, ranges and label matchers
-			// (those are checked with their selectors below).
-			bare := promRange.ReplaceAllString(promString.ReplaceAllString(expr, `""`), "")
-			bare = promBraces.ReplaceAllString(bare, "")
-
-			// Every name is a registered metric or a PromQL word.
-			var used []string
-			for _, name := range promName.FindAllString(bare, -1) {
-				if slices.Contains(promWords, name) {
+	rules := loadAlertRules(t)
+	require.GreaterOrEqual(t, len(rules), 5)
+	for _, r := range rules {
+		var used []string
+		parser.Inspect(r.expr, func(node parser.Node, _ []parser.Node) error {
+			vs, ok := node.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			f, ok := got[vs.Name]
+			require.True(t, ok, "%s: %s is not a registered metric", r.Alert, vs.Name)
+			used = append(used, vs.Name)
+			want := map[string]string{}
+			for _, mt := range vs.LabelMatchers {
+				if mt.Name == labels.MetricName {
 					continue
 				}
-				if _, ok := got[name]; ok {
-					used = append(used, name)
-					continue
+				_, known := f.labels[mt.Name]
+				require.True(t, known, "%s: %s has no label %q", r.Alert, vs.Name, mt.Name)
+				if mt.Type == labels.MatchEqual {
+					require.Contains(t, f.labels[mt.Name], mt.Value, "%s: no %s series with %s=%q", r.Alert, vs.Name, mt.Name, mt.Value)
+					want[mt.Name] = mt.Value
 				}
-				if slices.ContainsFunc(promGrouping.FindAllStringSubmatch(bare, -1), func(m []string) bool {
-					return slices.Contains(splitLabels(m[1]), name)
-				}) {
-					continue
-				}
-				t.Errorf("%s: %q is neither a registered metric nor a known PromQL word", r.Alert, name)
 			}
-			require.NotEmpty(t, used, "%s reads a txmsg metric", r.Alert)
+			require.True(t, seriesAtZero(mfs, vs.Name, want), "%s: %s exists (a counter at 0) before any event", r.Alert, vs)
+			return nil
+		})
+		require.NotEmpty(t, used, "%s reads a txmsg metric", r.Alert)
 
-			// Selectors: known labels, and a series that exists before any event.
-			for _, sel := range promSelector.FindAllStringSubmatch(expr, -1) {
-				name, want := sel[1], map[string]string{}
-				f, ok := got[name]
-				require.True(t, ok, "%s: %s is registered", r.Alert, name)
-				for _, mt := range promMatcher.FindAllStringSubmatch(sel[2], -1) {
-					_, known := f.labels[mt[1]]
-					require.True(t, known, "%s: %s has no label %q", r.Alert, name, mt[1])
-					if mt[2] == "=" {
-						require.Contains(t, f.labels[mt[1]], mt[3], "%s: no %s series with %s=%q", r.Alert, name, mt[1], mt[3])
-						want[mt[1]] = mt[3]
-					}
-				}
-				require.True(t, seriesAtZero(mfs, name, want), "%s: %s%v exists (a counter at 0) before any event", r.Alert, name, want)
-			}
-
-			// Grouping labels are labels of the metrics the rule reads.
-			var grouped []string
-			for _, gr := range promGrouping.FindAllStringSubmatch(bare, -1) {
-				for _, l := range splitLabels(gr[1]) {
-					require.True(t, slices.ContainsFunc(used, func(name string) bool { _, ok := got[name].labels[l]; return ok }),
-						"%s: no metric it reads has the label %q", r.Alert, l)
-					grouped = append(grouped, l)
+		// Aggregations keep labels of the metrics they aggregate.
+		parser.Inspect(r.expr, func(node parser.Node, _ []parser.Node) error {
+			if agg, ok := node.(*parser.AggregateExpr); ok {
+				have := resultLabels(agg.Expr, got)
+				for _, l := range agg.Grouping {
+					require.Contains(t, have, l, "%s: %s aggregates by %q, which the series it aggregates do not have", r.Alert, agg, l)
 				}
 			}
-			for _, text := range r.Annotations {
-				for _, v := range templateVar.FindAllStringSubmatch(text, -1) {
-					require.Contains(t, grouped, v[1], "%s: $labels.%s is not kept by the rule's aggregation", r.Alert, v[1])
-				}
+			return nil
+		})
+		out := resultLabels(r.expr, got)
+		for name, text := range r.Annotations {
+			for _, v := range templateVar.FindAllStringSubmatch(text, -1) {
+				require.Contains(t, out, v[1], "%s: annotation %s uses $labels.%s, which the rule's result does not have", r.Alert, name, v[1])
 			}
 		}
 	}
-	require.GreaterOrEqual(t, n, 5)
 }
 
-func splitLabels(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
+// templateVar matches a $labels variable of an annotation template.
+var templateVar = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+
+// resultLabels returns the label names (the constant ones left out) of
+// the series expr returns, given the registered metrics' labels.
+func resultLabels(expr parser.Expr, got map[string]family) []string {
+	switch e := expr.(type) {
+	case *parser.VectorSelector:
+		return keys(got[e.Name].labels)
+	case *parser.MatrixSelector:
+		return resultLabels(e.VectorSelector, got)
+	case *parser.ParenExpr:
+		return resultLabels(e.Expr, got)
+	case *parser.Call:
+		for _, arg := range e.Args {
+			if t := arg.Type(); t == parser.ValueTypeVector || t == parser.ValueTypeMatrix {
+				return resultLabels(arg, got)
+			}
 		}
+		return nil
+	case *parser.AggregateExpr:
+		if e.Without {
+			return slices.DeleteFunc(resultLabels(e.Expr, got), func(l string) bool { return slices.Contains(e.Grouping, l) })
+		}
+		return e.Grouping
+	case *parser.BinaryExpr:
+		// Vector op scalar keeps the vector's labels; vector op vector the
+		// left side's (without group_right, which the rules do not use).
+		if e.LHS.Type() == parser.ValueTypeVector {
+			return resultLabels(e.LHS, got)
+		}
+		return resultLabels(e.RHS, got)
 	}
-	return out
+	return nil
 }
 
 // seriesAtZero reports whether name has a series with the labels want,
