@@ -45,6 +45,8 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/dashboard/internal/rmqadmin"
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -100,6 +102,9 @@ type Config struct {
 	// SampleInterval is how often the dashboard samples outbox depth and
 	// publish rate for the overview's one-hour chart. Default 15 s.
 	SampleInterval time.Duration
+	// InstancesTable is the instance table the overview's fleet card
+	// reads (see package fleet). Default fleet.DefaultTable.
+	InstancesTable string
 	// QueryTimeout bounds the queries of one page. Default 10 s.
 	QueryTimeout time.Duration
 	// Logger receives the action log and errors; nil means slog.Default().
@@ -187,7 +192,8 @@ func New(db *gorm.DB, cfg Config) (*Dashboard, error) {
 }
 
 // WithDefaults returns c with its zero fields set to their defaults:
-// SampleInterval 15 s, QueryTimeout 10 s, Title "txmsg", Logger
+// SampleInterval 15 s, QueryTimeout 10 s, InstancesTable
+// fleet.DefaultTable, Title "txmsg", Logger
 // slog.Default(). It checks nothing; see [Config.Validate].
 func (c Config) WithDefaults() Config {
 	if c.SampleInterval == 0 {
@@ -195,6 +201,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = 10 * time.Second
+	}
+	if c.InstancesTable == "" {
+		c.InstancesTable = fleet.DefaultTable
 	}
 	if c.Title == "" {
 		c.Title = "txmsg"
@@ -220,6 +229,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueryTimeout <= 0 {
 		return fmt.Errorf("%w: dashboard: QueryTimeout %v must be positive", txmsg.ErrInvalidConfig, c.QueryTimeout)
+	}
+	if !store.ValidIdent(c.InstancesTable) {
+		return fmt.Errorf("%w: dashboard: InstancesTable %q must be a plain SQL identifier", txmsg.ErrInvalidConfig, c.InstancesTable)
 	}
 	if c.Logger == nil {
 		return fmt.Errorf("%w: dashboard: Logger is nil; call WithDefaults first", txmsg.ErrInvalidConfig)

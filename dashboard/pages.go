@@ -36,6 +36,10 @@ type overviewData struct {
 	GroupsErr  string
 	Health     []healthView
 	Chart      chartView
+	// Fleet is every instance of the instance table and every relay, by
+	// kind and group (see fleet.go).
+	Fleet    []fleetGroup
+	FleetErr string
 }
 
 type relayView struct {
@@ -95,6 +99,10 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 		if err == nil {
 			idle = lastRelayActivity(leases, members)
 		}
+		mu.Unlock()
+		groups, ferr := d.fleetView(ctx, members)
+		mu.Lock()
+		data.Fleet, data.FleetErr = groups, errText(ferr)
 	})
 	run(func() {
 		c, err := d.chk.Counts(ctx)

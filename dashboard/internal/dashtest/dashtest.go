@@ -24,6 +24,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/dashboard"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
@@ -121,6 +122,7 @@ func New(t testing.TB, o Options) *Bed {
 	must(b.Outbox.Migrate(ctx))
 	must(b.Inbox.Migrate(ctx))
 	must(b.Checker.Migrate(ctx))
+	must(fleet.Migrate(ctx, db, fleet.DefaultTable))
 	b.Topic = "dash_topic_" + testbed.Suffix()
 	b.Group = testbed.Name(t, "dcg")
 	cfg := dashboard.Config{
@@ -281,4 +283,39 @@ func (b *Bed) Burst(n int) {
 	if err != nil {
 		b.T.Fatal(err)
 	}
+}
+
+// Replica starts a consumer of the bed's topic (Options.Broker) in group,
+// as another replica's would be: it reaches the name server through ns and
+// the database through db, proxies the test may cut, and writes its
+// heartbeat every interval. Cutting ns makes its Health fail (the replica
+// is cut off from the broker); cutting db stops its heartbeats, as a
+// process that died would.
+func (b *Bed) Replica(group string, interval time.Duration) (ns, db *testbed.Proxy) {
+	t := b.T
+	t.Helper()
+	ns = testbed.NewProxy(t, testbed.NameServer())
+	db, handle := testbed.ProxiedDB(t, b.DSN)
+	inbox, err := txmsg.NewInbox(handle, txmsg.InboxConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := txmsg.Handle(txmsg.Topic[Event]{Name: b.Topic}, func(context.Context, *gorm.DB, txmsg.Delivery[Event]) error { return nil })
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn:      txrmq.Conn{NameServers: []string{ns.Addr()}, NameServerTimeout: time.Second},
+		Group:     group,
+		Heartbeat: fleet.Config{Interval: interval},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = cons.Close(ctx)
+	})
+	return ns, db
 }
