@@ -15,6 +15,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -56,16 +57,17 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		"bad parts":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Parts: 4}}, "Parts 4"},
 		"bad topic":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Topics: []string{"a b"}}}, `topic "a b"`},
-		"hooks in producer":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks and Topics"},
+		"hooks in producer":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
 		"no name servers":      {TransactionalConfig{Config: withRMQ(func(c *txrmq.Conn) { c.NameServers = nil })}, "NameServers is empty"},
 		"no group":             {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "Group"},
 		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Group: "orders"}}, "is the producer group"},
 		"sweeper client set":   {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Conn: txrmq.Conn{Namespace: "x"}}}, "Sweeper.Conn"},
-		"producer topics set":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks and Topics"},
+		"producer topics set":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
 		"bad checker":          {TransactionalConfig{Config: base, Checker: checker.Config{CheckWindow: -1}}, "CheckWindow"},
 		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
 		"cache beyond window":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackCacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
 		"negative workers":     {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackWorkers: -1}}, "CheckBackWorkers"},
+		"heartbeat in sweeper": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Heartbeat: fleet.Config{Interval: time.Second}}}, "Sweeper.Conn, Hooks, ProducerGroups and Heartbeat"},
 	}
 	for name, c := range txCases {
 		t.Run("transactional/"+name, func(t *testing.T) {
@@ -114,6 +116,10 @@ func TestConfigDefaultsThenValidate(t *testing.T) {
 	require.ErrorContains(t, err, "Parts")
 	tc.Parts = PartAll
 	tc.Logger = slog.Default()
+	err = tc.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Heartbeat.Table")
+	tc.Heartbeat = tc.Heartbeat.WithDefaults()
 	err = tc.Validate()
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.ErrorContains(t, err, "checker: Table")
