@@ -18,9 +18,9 @@ func TestConfig(t *testing.T) {
 	require.NoError(t, fleet.Config{Interval: -1}.WithDefaults().Validate("consumer"), "negative: off")
 	for cfg, want := range map[fleet.Config]string{
 		{}: "Heartbeat.Table",
-		{Table: "bad name", Interval: time.Second, Expiry: time.Hour}:        "Heartbeat.Table",
-		{Table: "t", Expiry: time.Hour}:                                      "Heartbeat.Interval",
-		{Table: "t", Interval: time.Minute, Expiry: 2 * time.Minute}:         "Heartbeat.Expiry",
+		{Table: "bad name", Interval: time.Second, Expiry: time.Hour}:           "Heartbeat.Table",
+		{Table: "t", Expiry: time.Hour}:                                         "Heartbeat.Interval",
+		{Table: "t", Interval: time.Minute, Expiry: 2 * time.Minute}:            "Heartbeat.Expiry",
 		fleet.Config{Interval: time.Minute, Expiry: time.Minute}.WithDefaults(): "Heartbeat.Expiry",
 	} {
 		err := cfg.Validate("consumer")

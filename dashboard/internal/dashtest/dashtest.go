@@ -49,6 +49,8 @@ type Options struct {
 	AllowedHosts []string
 	// SampleInterval is the dashboard's; default 1 s.
 	SampleInterval time.Duration
+	// HistoryRetention is the dashboard's; default its own (24 h).
+	HistoryRetention time.Duration
 }
 
 // Event is what the bed's messages carry.
@@ -128,7 +130,7 @@ func New(t testing.TB, o Options) *Bed {
 	cfg := dashboard.Config{
 		Outbox: b.Outbox, Inbox: b.Inbox, Checker: b.Checker,
 		Token: o.Token, AllowActions: o.AllowActions, Health: o.Health, AllowedHosts: o.AllowedHosts,
-		SampleInterval: o.SampleInterval, Logger: log,
+		SampleInterval: o.SampleInterval, HistoryRetention: o.HistoryRetention, Logger: log,
 	}
 	if cfg.SampleInterval == 0 {
 		cfg.SampleInterval = time.Second
