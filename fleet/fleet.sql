@@ -31,3 +31,37 @@ CREATE TABLE IF NOT EXISTS `txmsg_instances` (
   PRIMARY KEY (`kind`, `name`, `instance`),
   KEY `idx_instances_heartbeat` (`heartbeat_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- The dashboard's history, which it creates itself when missing: one row
+-- per sample (Config.SampleInterval, 15 s), written by the one dashboard
+-- holding the lease row of txmsg_history_lease, with the fleet's counts
+-- during the sample (the sum of the increases of the instances'
+-- counters), the outbox rows published, and the depths at its time.
+-- Rows older than Config.HistoryRetention (24 h) are deleted by the
+-- sampling dashboard.
+CREATE TABLE IF NOT EXISTS `txmsg_history` (
+  `at` datetime(6) NOT NULL,                      -- the database's clock
+  `span_us` bigint NOT NULL,                      -- what the sample covers
+  `sampler` varbinary(255) NOT NULL DEFAULT '',   -- the dashboard that wrote it
+  `sent` bigint NOT NULL DEFAULT 0,
+  `handled` bigint NOT NULL DEFAULT 0,
+  `duplicates` bigint NOT NULL DEFAULT 0,
+  `parked` bigint NOT NULL DEFAULT 0,
+  `failed` bigint NOT NULL DEFAULT 0,
+  `swept` bigint NOT NULL DEFAULT 0,
+  `checkback_commit` bigint NOT NULL DEFAULT 0,
+  `checkback_rollback` bigint NOT NULL DEFAULT 0,
+  `checkback_unknown` bigint NOT NULL DEFAULT 0,
+  `published` bigint NOT NULL DEFAULT 0,          -- outbox rows sent
+  `pending` bigint NOT NULL DEFAULT 0,            -- outbox rows pending at `at`
+  `parked_rows` bigint NOT NULL DEFAULT 0,        -- outbox rows parked at `at`
+  `barrier` bigint NOT NULL DEFAULT 0,            -- barrier rows at `at`
+  PRIMARY KEY (`at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+CREATE TABLE IF NOT EXISTS `txmsg_history_lease` (
+  `name` varbinary(64) NOT NULL,
+  `owner` varbinary(255) NOT NULL DEFAULT '',
+  `expires_at` datetime(6) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -39,7 +39,9 @@ func TestMigrateMatchesSQL(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, fleet.Migrate(ctx, fromGorm, fleet.DefaultTable))
 	require.NoError(t, fleet.Migrate(ctx, fromGorm, fleet.DefaultTable), "Migrate is idempotent")
-	for _, table := range []string{fleet.DefaultTable} {
+	require.NoError(t, fleet.MigrateHistory(ctx, fromGorm, fleet.DefaultHistoryTable))
+	require.NoError(t, fleet.MigrateHistory(ctx, fromGorm, fleet.DefaultHistoryTable), "MigrateHistory is idempotent")
+	for _, table := range []string{fleet.DefaultTable, fleet.DefaultHistoryTable, fleet.DefaultHistoryTable + fleet.HistoryLeaseSuffix} {
 		require.Equal(t, testbed.Shape(t, fromSQL, table), testbed.Shape(t, fromGorm, table), table)
 	}
 }
