@@ -8,15 +8,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/dashboard"
 	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
 	"github.com/txmsg/txmsg/fleet"
-	"github.com/txmsg/txmsg/internal/testbed"
-	"github.com/txmsg/txmsg/stack"
-	"github.com/txmsg/txmsg/txmsg"
 )
 
 // chartSeries returns the series the chart id draws, from its legend.
@@ -31,42 +26,12 @@ func chartSeries(page, id string) []string {
 
 // TestHistoryTransactionalMode: a transactional stack and a consumer on
 // the bed's database heartbeat their counters; after traffic, and a
-// check-back answered, the overview's hour chart draws sent, handled and
+// check-back answered, the overview's charts draw sent, handled and
 // check-back series, from the history table.
 func TestHistoryTransactionalMode(t *testing.T) {
 	t.Parallel()
-	testbed.RequireBroker(t)
 	b := dashtest.New(t, dashtest.Options{SampleInterval: 500 * time.Millisecond})
-	ctx := context.Background()
-	topic := testbed.Topic(t)
-	beat := fleet.Config{Interval: 200 * time.Millisecond}
-	st, err := stack.Transactional(b.DB, stack.TransactionalConfig{Config: stack.Config{
-		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "dhp"),
-		Topics: []string{topic}, Heartbeat: beat}})
-	require.NoError(t, err)
-	require.NoError(t, st.Migrate(ctx))
-	require.NoError(t, st.Start(ctx))
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	route := txmsg.Handle(txmsg.Topic[dashtest.Event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[dashtest.Event]) error { return nil })
-	group := testbed.Name(t, "dhc")
-	cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
-		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group, Heartbeat: beat})
-	require.NoError(t, err)
-	require.NoError(t, cons.Start(ctx))
-	t.Cleanup(func() { _ = cons.Close(context.Background()) })
-
-	orders, err := txmsg.NewProducer(st, txmsg.Topic[dashtest.Event]{Name: topic})
-	require.NoError(t, err)
-	var last *txmsg.Receipt
-	for i := range 5 {
-		last, err = orders.Send(ctx, dashtest.Event{Order: "h", Qty: i}, func(context.Context, *gorm.DB) error { return nil })
-		require.NoError(t, err)
-	}
-	require.True(t, b.WaitHandled(group, last.ID, 60*time.Second), "the consumer never handled %s", last.ID)
-	state, err := st.Transactional().ResolveCheckBack(ctx, last.ID, "")
-	require.NoError(t, err)
-	require.Equal(t, txmsg.StateCommitted, state)
-
+	b.TransactionalTraffic(5)
 	c := client(t)
 	require.Eventually(t, func() bool {
 		page := get(t, c, b.URL)

@@ -26,6 +26,7 @@ import (
 	"github.com/txmsg/txmsg/dashboard"
 	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
@@ -320,4 +321,55 @@ func (b *Bed) Replica(group string, interval time.Duration) (ns, db *testbed.Pro
 		_ = cons.Close(ctx)
 	})
 	return ns, db
+}
+
+// TransactionalTraffic runs transactional mode on the bed's database, as
+// a service would next to the dashboard: a transactional stack and a
+// consumer of a topic of its own, both heartbeating every 200 ms into the
+// instance table. It sends n events, waits until the consumer handled
+// them, and answers one check-back for the last (COMMIT), so that every
+// counter of the history has moved. It returns the consumer's group.
+func (b *Bed) TransactionalTraffic(n int) string {
+	t := b.T
+	t.Helper()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	topic := testbed.Topic(t)
+	beat := fleet.Config{Interval: 200 * time.Millisecond}
+	st, err := stack.Transactional(b.DB, stack.TransactionalConfig{Config: stack.Config{
+		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "dtp"),
+		Topics: []string{topic}, Heartbeat: beat}})
+	must(err)
+	must(st.Migrate(ctx))
+	must(st.Start(ctx))
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	group := testbed.Name(t, "dtc")
+	route := txmsg.Handle(txmsg.Topic[Event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[Event]) error { return nil })
+	cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group, Heartbeat: beat})
+	must(err)
+	must(cons.Start(ctx))
+	t.Cleanup(func() { _ = cons.Close(context.Background()) })
+	orders, err := txmsg.NewProducer(st, txmsg.Topic[Event]{Name: topic})
+	must(err)
+	var last *txmsg.Receipt
+	for i := range n {
+		last, err = orders.Send(ctx, Event{Order: "traffic", Qty: i}, func(context.Context, *gorm.DB) error { return nil })
+		must(err)
+	}
+	if !b.WaitHandled(group, last.ID, 60*time.Second) {
+		t.Fatalf("the consumer never handled %s", last.ID)
+	}
+	state, err := st.Transactional().ResolveCheckBack(ctx, last.ID, "")
+	must(err)
+	if state != txmsg.StateCommitted {
+		t.Fatalf("check-back for %s answered %s, want committed", last.ID, state)
+	}
+	return group
 }
