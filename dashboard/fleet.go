@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -34,6 +35,9 @@ type fleetInstance struct {
 // name.
 func (d *Dashboard) fleetView(ctx context.Context, relays []outbox.RelayStatus) ([]fleetGroup, error) {
 	rows, err := fleet.List(ctx, d.db, d.cfg.InstancesTable)
+	if errors.Is(err, fleet.ErrNoTable) {
+		err = nil // said by the card when no relay is listed either
+	}
 	byKey := map[[2]string]*fleetGroup{}
 	var groups []*fleetGroup
 	add := func(kind, name string, in fleetInstance) {

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -99,7 +100,7 @@ func (h *history) sample(ctx context.Context) error {
 		return fmt.Errorf("history: database clock: %w", err)
 	}
 	rows, err := fleet.List(ctx, h.d.db, h.d.cfg.InstancesTable)
-	if err != nil {
+	if err != nil && !errors.Is(err, fleet.ErrNoTable) { // no table: no instance counts, the depths still
 		return err
 	}
 	cur := make(map[[3]string]fleet.Counts, len(rows))

@@ -21,6 +21,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -180,14 +181,21 @@ func Migrate(ctx context.Context, db *gorm.DB, table string) error {
 	return nil
 }
 
+// ErrNoTable means the instance table does not exist.
+var ErrNoTable = errors.New("fleet: the instance table does not exist; create it with fleet.Migrate, Stack.Migrate or txmsgctl migrate -only fleet")
+
 // dbClock is the database's clock, as every time of the table.
 const dbClock = "UTC_TIMESTAMP(6)"
 
 // List returns every row of the instance table, by kind, name and
-// instance, each with its state by the database's clock.
+// instance, each with its state by the database's clock. It returns an
+// error wrapping [ErrNoTable] when the table does not exist.
 func List(ctx context.Context, db *gorm.DB, table string) ([]Instance, error) {
 	if !store.ValidIdent(table) {
 		return nil, fmt.Errorf("%w: fleet: table name %q must be a plain SQL identifier", txmsg.ErrInvalidConfig, table)
+	}
+	if !db.WithContext(ctx).Migrator().HasTable(table) {
+		return nil, fmt.Errorf("%w (%s)", ErrNoTable, table)
 	}
 	var rows []struct {
 		Instance `gorm:"embedded"`

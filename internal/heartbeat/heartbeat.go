@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/txmsg/txmsg/fleet"
-	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -119,7 +119,9 @@ func Start(db *gorm.DB, cfg fleet.Config, kind, name string, health func(context
 		return nil
 	}
 	host, _ := os.Hostname()
-	b := &Beat{db: store.Quiet(db), cfg: cfg, kind: kind, name: name, health: health, counts: counts,
+	// The heartbeat reports its own failures (once, and when it recovers):
+	// gorm's logger would print a failed write at every tick.
+	b := &Beat{db: db.Session(&gorm.Session{Logger: logger.Discard}), cfg: cfg, kind: kind, name: name, health: health, counts: counts,
 		id:   fmt.Sprintf("%s-%d-%s", host, os.Getpid(), txmsg.NewID()[24:]),
 		log:  log.With("instances_table", cfg.Table),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -234,16 +236,11 @@ func isStopped(stop chan struct{}) bool {
 	}
 }
 
-// cut bounds a stored error to maxError bytes, on a rune boundary.
+// cut bounds a stored error to maxError bytes, dropping a rune cut in
+// two.
 func cut(s string) string {
 	if len(s) <= maxError {
 		return s
 	}
-	s = s[:maxError]
-	for len(s) > 0 && !utf8ValidEnd(s) {
-		s = s[:len(s)-1]
-	}
-	return s
+	return strings.ToValidUTF8(s[:maxError], "")
 }
-
-func utf8ValidEnd(s string) bool { return strings.ToValidUTF8(s, "") == s }
