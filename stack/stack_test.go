@@ -206,8 +206,9 @@ func TestTransactionalStack(t *testing.T) {
 	require.NoError(t, db.AutoMigrate(&order{}))
 	s, err := Transactional(db, TransactionalConfig{Config: Config{
 		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}},
-		Group:    testbed.Name(t, "pg"),
-		Topics:   []string{topic},
+		Group:     testbed.Name(t, "pg"),
+		Topics:    []string{topic},
+		Heartbeat: fleet.Config{Interval: 200 * time.Millisecond},
 	}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
@@ -241,8 +242,25 @@ func TestTransactionalStack(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.EqualValues(t, 1, countOrders(t, db))
 
+	// The producer and the sweeper heartbeat into the instance table,
+	// live, with the producer's counts; Close deletes their rows.
+	require.Eventually(t, func() bool {
+		rows, err := fleet.List(ctx, db, fleet.DefaultTable)
+		require.NoError(t, err)
+		kinds := map[string]fleet.Instance{}
+		for _, r := range rows {
+			kinds[r.Kind] = r
+		}
+		p, sw := kinds[fleet.KindProducer], kinds[fleet.KindSweeper]
+		return len(rows) == 2 && p.State == fleet.StateLive && p.Sent == 1 && p.Failed == 1 &&
+			sw.State == fleet.StateLive && sw.Name == s.sweeperGroup
+	}, 30*time.Second, 100*time.Millisecond, "no live producer and sweeper rows with the producer's counts")
+
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, s.Close(ctx), "Close is idempotent")
+	rows, err := fleet.List(ctx, db, fleet.DefaultTable)
+	require.NoError(t, err)
+	require.Empty(t, rows, "Close deletes the instances' rows")
 	_, err = s.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
 	require.ErrorIs(t, err, txmsg.ErrClosed)
 	require.ErrorIs(t, s.Health(ctx), txmsg.ErrClosed)
