@@ -205,7 +205,7 @@ func TestTransactionalStack(t *testing.T) {
 	obs := testbed.Observe(t, topic, nil)
 	require.NoError(t, db.AutoMigrate(&order{}))
 	s, err := Transactional(db, TransactionalConfig{Config: Config{
-		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}},
+		RocketMQ:  txrmq.Conn{NameServers: []string{testbed.NameServer()}},
 		Group:     testbed.Name(t, "pg"),
 		Topics:    []string{topic},
 		Heartbeat: fleet.Config{Interval: 200 * time.Millisecond},
