@@ -318,11 +318,8 @@ func (s *Sweeper) Health(ctx context.Context) error {
 	s.mu.Lock()
 	started, closed := s.started, s.closed
 	s.mu.Unlock()
-	switch {
-	case closed:
-		return fmt.Errorf("rocketmq: sweeper of group %q: %w", s.cfg.Group, txmsg.ErrClosed)
-	case !started:
-		return fmt.Errorf("rocketmq: sweeper of group %q: %w", s.cfg.Group, txmsg.ErrNotStarted)
+	if err := lifecycle("sweeper", s.cfg.Group, started, closed); err != nil {
+		return err
 	}
 	if err := s.chk.Ping(ctx); err != nil {
 		return fmt.Errorf("rocketmq: sweeper of group %q: barrier: %w", s.cfg.Group, err)
