@@ -128,6 +128,11 @@ func drawChart(id, title string, pts []point, now time.Time, span time.Duration)
 		fmt.Fprintf(&area, " L%.1f %.1f Z", x(pts[len(pts)-1].At), chartH-pB)
 		fmt.Fprintf(&b, `<path class="pending" d="%s"/>`, area.String())
 		for _, s := range drawn {
+			if len(pts) == 1 { // a line needs two points
+				p := pts[0]
+				fmt.Fprintf(&b, `<circle class="rate s-%s" data-series="%s" cx="%.1f" cy="%.1f" r="3"/>`, s.Key, s.Key, x(p.At), top(rate(s, p), rMax))
+				continue
+			}
 			var line strings.Builder
 			for i, p := range pts {
 				cmd := "L"

@@ -242,9 +242,18 @@ func (h *history) charts(ctx context.Context) []chartView {
 	for _, c := range []struct {
 		id, title    string
 		span, bucket time.Duration
-	}{{"chart-hour", "Last hour", chartSpan, 0}, {"chart-day", "Last day", daySpan, dayBucket}} {
+		least        time.Duration // the shortest span drawn
+	}{{"chart-hour", "Last hour", chartSpan, 0, time.Minute}, {"chart-day", "Last day", daySpan, dayBucket, time.Hour}} {
 		pts, now, err := h.read(ctx, c.span, c.bucket)
-		cv := drawChart(c.id, c.title, pts, now, c.span)
+		// A history younger than the span is drawn over its own age.
+		span, title := c.span, c.title
+		if len(pts) > 0 && now.Sub(pts[0].At) < c.span {
+			span = min(c.span, max(now.Sub(pts[0].At), c.least))
+			if span < c.span {
+				title = "Last " + roundDur(span)
+			}
+		}
+		cv := drawChart(c.id, title, pts, now, span)
 		cv.Interval = h.interval
 		if c.bucket > 0 {
 			cv.Bucket = c.bucket

@@ -17,13 +17,14 @@ import (
 // which an operator turns off for good (it stays off after a reload).
 func TestFleetAndHistoryInTheBrowser(t *testing.T) {
 	ctx := browser(t)
+	shot := newShots(t)
 	b := dashtest.New(t, dashtest.Options{Broker: true, SampleInterval: 500 * time.Millisecond})
 	cut := testbed.Name(t, "bfcut")
 	ns, _ := b.Replica(cut, 500*time.Millisecond)
 	ns.Cut()
 	b.TransactionalTraffic(5)
 
-	failing := `#fleet tr.fleet-group.bad[data-group="` + cut + `"] tr.instance.failing td.state.failing`
+	failing := `#fleet tbody.fleet-group.bad[data-group="` + cut + `"] tr.instance.failing td.state.failing`
 	run(t, ctx,
 		chromedp.Navigate(b.URL),
 		// Without a reload of its own: the page refreshes itself every 10 s.
@@ -31,8 +32,8 @@ func TestFleetAndHistoryInTheBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#chart-hour path.rate.s-sent`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chart-hour path.rate.s-handled`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chart-hour path.rate.s-cb-commit`)),
-		chromedp.WaitVisible(chromedp.CSS(`#chart-day path.rate.s-sent`)),
-		chromedp.WaitVisible(chromedp.CSS(`#fleet tr.fleet-group[data-group="`+b.Group+`"] tr.instance.live`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chart-day .rate.s-sent`)),
+		chromedp.WaitReady(chromedp.CSS(`#fleet tbody.fleet-group[data-group="`+b.Group+`"] tr.instance.live`)), // its group is closed: all live
 	)
 	color, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector('`+failing+`')).color`))
 	if err != nil {
@@ -41,6 +42,7 @@ func TestFleetAndHistoryInTheBrowser(t *testing.T) {
 	if got := text(t, ctx, chromedp.CSS(failing+` span.err`)); got == "" {
 		t.Error("the failing replica shows no error")
 	}
+	shot.take(ctx, "fleet")
 	run(t, ctx,
 		chromedp.Click(chromedp.CSS("#autorefresh")),
 		chromedp.Reload(),
