@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +44,6 @@ func (c *Counters) Snapshot() fleet.Counts {
 // Consumed counts one delivery's result.
 func (c *Counters) Consumed(outcome txmsg.Outcome, err error) {
 	switch {
-	case c == nil:
 	case err != nil:
 		c.failed.Add(1)
 	case outcome == txmsg.OutcomeHandled:
@@ -104,9 +102,10 @@ type Beat struct {
 	counts *Counters
 	log    *slog.Logger
 
-	stop chan struct{}
+	// ctx ends at Stop: it bounds the heartbeat in progress.
+	ctx  context.Context
+	stop context.CancelFunc
 	done chan struct{}
-	once sync.Once
 }
 
 // Start writes the first heartbeat of the instance (kind, name) on db
@@ -122,19 +121,11 @@ func Start(db *gorm.DB, cfg fleet.Config, kind, name string, health func(context
 	// The heartbeat reports its own failures (once, and when it recovers):
 	// gorm's logger would print a failed write at every tick.
 	b := &Beat{db: db.Session(&gorm.Session{Logger: logger.Discard}), cfg: cfg, kind: kind, name: name, health: health, counts: counts,
-		id:   fmt.Sprintf("%s-%d-%s", host, os.Getpid(), txmsg.NewID()[24:]),
-		log:  log.With("instances_table", cfg.Table),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		id:  fmt.Sprintf("%s-%d-%s", host, os.Getpid(), txmsg.NewID()[24:]),
+		log: log.With("instances_table", cfg.Table), done: make(chan struct{})}
+	b.ctx, b.stop = context.WithCancel(context.Background())
 	go b.run()
 	return b
-}
-
-// ID returns the instance ID of the row, "" for a nil Beat.
-func (b *Beat) ID() string {
-	if b == nil {
-		return ""
-	}
-	return b.id
 }
 
 func (b *Beat) run() {
@@ -152,7 +143,7 @@ func (b *Beat) run() {
 		}
 		failing = err != nil
 		select {
-		case <-b.stop:
+		case <-b.ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -162,19 +153,12 @@ func (b *Beat) run() {
 // beat checks the component's health and writes the row; expire also
 // deletes the rows of instances gone for longer than Expiry.
 func (b *Beat) beat(expire bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.Interval)
 	defer cancel()
-	go func() {
-		select {
-		case <-b.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	healthy, lastErr := true, ""
 	if herr := b.health(ctx); herr != nil {
-		if ctx.Err() != nil && isStopped(b.stop) {
-			return nil
+		if b.ctx.Err() != nil {
+			return nil // stopped: the row is deleted, or left as a dead process leaves it
 		}
 		healthy, lastErr = false, cut(herr.Error())
 	}
@@ -206,7 +190,7 @@ func (b *Beat) Stop(ctx context.Context) {
 	if b == nil {
 		return
 	}
-	b.once.Do(func() { close(b.stop) })
+	b.stop()
 	select {
 	case <-b.done:
 	case <-ctx.Done():
@@ -214,25 +198,6 @@ func (b *Beat) Stop(ctx context.Context) {
 	err := b.db.WithContext(ctx).Exec(fmt.Sprintf("DELETE FROM %s WHERE kind = ? AND name = ? AND instance = ?", b.cfg.Table), b.kind, b.name, b.id).Error
 	if err != nil {
 		b.log.Warn("cannot delete this instance's row of the instance table; it turns stale, and is deleted after Heartbeat.Expiry", "err", err)
-	}
-}
-
-// Abandon stops the heartbeat and leaves the row, as a process that dies
-// would. Tests use it.
-func (b *Beat) Abandon() {
-	if b == nil {
-		return
-	}
-	b.once.Do(func() { close(b.stop) })
-	<-b.done
-}
-
-func isStopped(stop chan struct{}) bool {
-	select {
-	case <-stop:
-		return true
-	default:
-		return false
 	}
 }
 
