@@ -98,17 +98,26 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks a config that went through [Config.WithDefaults]. what
-// names the component in the error, which wraps [txmsg.ErrInvalidConfig]
-// and names the field.
-func (c Config) Validate(what string) error {
+// Validate checks a config that went through [Config.WithDefaults]. Its
+// errors wrap [txmsg.ErrInvalidConfig] and name the field; the configs
+// that hold a Config put their own name and "Heartbeat" in front.
+func (c Config) Validate() error {
 	switch {
 	case !store.ValidIdent(c.Table):
-		return fmt.Errorf("%w: %s: Heartbeat.Table %q must be a plain SQL identifier of at most 64 characters", txmsg.ErrInvalidConfig, what, c.Table)
+		return fmt.Errorf("%w: fleet: Table %q must be a plain SQL identifier of at most 64 characters", txmsg.ErrInvalidConfig, c.Table)
 	case c.Interval == 0:
-		return fmt.Errorf("%w: %s: Heartbeat.Interval is 0: set it, or a negative value to turn the heartbeat off", txmsg.ErrInvalidConfig, what)
+		return fmt.Errorf("%w: fleet: Interval is 0: set it, or a negative value to turn the heartbeat off", txmsg.ErrInvalidConfig)
 	case c.Interval > 0 && c.Expiry <= staleBeats*c.Interval:
-		return fmt.Errorf("%w: %s: Heartbeat.Expiry %v must exceed three Heartbeat.Interval (%v)", txmsg.ErrInvalidConfig, what, c.Expiry, staleBeats*c.Interval)
+		return fmt.Errorf("%w: fleet: Expiry %v must exceed three Intervals (%v)", txmsg.ErrInvalidConfig, c.Expiry, staleBeats*c.Interval)
+	}
+	return nil
+}
+
+// ValidateIn is Validate for the Heartbeat field of what's config: the
+// error names what and the field Heartbeat.
+func (c Config) ValidateIn(what string) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%s: Heartbeat: %w", what, err)
 	}
 	return nil
 }

@@ -14,19 +14,20 @@ import (
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, fleet.Config{}.WithDefaults().Validate("consumer"))
-	require.NoError(t, fleet.Config{Interval: -1}.WithDefaults().Validate("consumer"), "negative: off")
+	require.NoError(t, fleet.Config{}.WithDefaults().ValidateIn("consumer"))
+	require.NoError(t, fleet.Config{Interval: -1}.WithDefaults().ValidateIn("consumer"), "negative: off")
 	for cfg, want := range map[fleet.Config]string{
-		{}: "Heartbeat.Table",
-		{Table: "bad name", Interval: time.Second, Expiry: time.Hour}:           "Heartbeat.Table",
-		{Table: "t", Expiry: time.Hour}:                                         "Heartbeat.Interval",
-		{Table: "t", Interval: time.Minute, Expiry: 2 * time.Minute}:            "Heartbeat.Expiry",
-		fleet.Config{Interval: time.Minute, Expiry: time.Minute}.WithDefaults(): "Heartbeat.Expiry",
+		{}: "fleet: Table",
+		{Table: "bad name", Interval: time.Second, Expiry: time.Hour}:           "fleet: Table",
+		{Table: "t", Expiry: time.Hour}:                                         "fleet: Interval",
+		{Table: "t", Interval: time.Minute, Expiry: 2 * time.Minute}:            "fleet: Expiry",
+		fleet.Config{Interval: time.Minute, Expiry: time.Minute}.WithDefaults(): "fleet: Expiry",
 	} {
-		err := cfg.Validate("consumer")
+		require.ErrorIs(t, cfg.Validate(), txmsg.ErrInvalidConfig)
+		err := cfg.ValidateIn("consumer")
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, "%+v", cfg)
 		require.ErrorContains(t, err, want)
-		require.ErrorContains(t, err, "consumer")
+		require.ErrorContains(t, err, "consumer: Heartbeat: ")
 	}
 }
 

@@ -168,7 +168,7 @@ func (c Config) Validate() error {
 	if c.Logger == nil {
 		return invalid("Logger is nil; call WithDefaults first")
 	}
-	return c.Heartbeat.Validate("stack")
+	return c.Heartbeat.ValidateIn("stack")
 }
 
 // WithDefaults returns c with its zero fields set to their defaults:

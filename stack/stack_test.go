@@ -118,7 +118,7 @@ func TestConfigDefaultsThenValidate(t *testing.T) {
 	tc.Logger = slog.Default()
 	err = tc.Validate()
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
-	require.ErrorContains(t, err, "Heartbeat.Table")
+	require.ErrorContains(t, err, "Heartbeat: txmsg: invalid config: fleet: Table")
 	tc.Heartbeat = tc.Heartbeat.WithDefaults()
 	err = tc.Validate()
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)

@@ -125,7 +125,7 @@ func (c *ConsumerConfig) validate(what string) error {
 	case c.BufferMiB < 1 || c.BufferMiB > 102_400:
 		return fmt.Errorf("%w: %s: BufferMiB must be between 1 and 102400 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultBufferMiB)
 	}
-	return c.Heartbeat.Validate(what)
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // Consumer is a RocketMQ push consumer (clustering mode, concurrent) that

@@ -112,7 +112,7 @@ func (c OrderedConsumerConfig) Validate() error {
 	case c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: %s: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, what, c.MaxBackoff, c.MinBackoff)
 	}
-	return c.Heartbeat.Validate(what)
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // OrderedConsumer consumes each queue of its topics one message at a time,

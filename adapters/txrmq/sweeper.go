@@ -172,7 +172,7 @@ func (c SweeperConfig) Validate() error {
 			return fmt.Errorf("%w: %s: ProducerGroups: %q is not a valid group name", txmsg.ErrInvalidConfig, what, g)
 		}
 	}
-	return c.Heartbeat.Validate(what)
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // consumer is the config of the sweeper's consumer of CheckMaxTimeTopic,

@@ -102,7 +102,7 @@ func (c TransactionalConfig) Validate() error {
 	if err := validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue); err != nil {
 		return err
 	}
-	return c.Heartbeat.Validate(what)
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // producer is what the client's producer options need of c.
