@@ -48,7 +48,10 @@ type chartView struct {
 	Series      []legendItem
 	MaxPending  int64
 	LastPending int64
-	Err         string
+	// LastParked and LastBarrier are the outbox's parked rows and the
+	// barrier's rows at the last point.
+	LastParked, LastBarrier int64
+	Err                     string
 }
 
 // Chart geometry, in SVG user units.
@@ -89,7 +92,7 @@ func drawChart(id, title string, pts []point, now time.Time, span time.Duration)
 		cv.MaxPending = max(cv.MaxPending, p.Pending)
 	}
 	if n := len(pts); n > 0 {
-		cv.LastPending = pts[n-1].Pending
+		cv.LastPending, cv.LastParked, cv.LastBarrier = pts[n-1].Pending, pts[n-1].ParkedRows, pts[n-1].Barrier
 	}
 	x := func(t time.Time) float64 {
 		f := 1 - now.Sub(t).Seconds()/span.Seconds()
