@@ -135,6 +135,9 @@ func (b *Beat) run() {
 	failing := false
 	for n := 0; ; n++ {
 		err := b.beat(n%expireEvery == 0)
+		if b.ctx.Err() != nil {
+			return // stopped during the beat
+		}
 		switch {
 		case err != nil && !failing:
 			b.log.Warn("cannot write the heartbeat into the instance table; retrying every interval (create the table with Migrate or txmsgctl migrate)", "err", err)
