@@ -4,10 +4,11 @@
 //
 // Pages: an overview (outbox depth and age, relays' bucket leases, barrier
 // rows, inbox and parked counts per consumer group, the health of the
-// components given in [Config.Health], and a chart of the last hour), the
-// outbox's parked and pending rows, failing consumers (the handler failures
-// the inbox recorded and, with name servers, each group's %RETRY% and %DLQ%
-// topics on the broker), the messages consumers parked, a lookup
+// components given in [Config.Health], every instance of the fleet, and
+// charts of the last hour and day), the outbox's parked and pending rows,
+// failing consumers (the handler failures the inbox recorded and, with
+// name servers, each group's %RETRY% and %DLQ% topics on the broker), the
+// messages consumers parked, a lookup
 // of one transaction by txmsg ID or message key, and, with name servers
 // configured, consumer lag per topic on the broker and whether each
 // consumer group is online.
@@ -47,6 +48,8 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/dashboard/internal/rmqadmin"
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/store"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -100,9 +103,22 @@ type Config struct {
 	// Database labels the database in the header. Default: DB's DSN with
 	// its password masked.
 	Database string
-	// SampleInterval is how often the dashboard samples outbox depth and
-	// publish rate for the overview's one-hour chart. Default 15 s.
+	// SampleInterval is how often the dashboard samples the fleet's rates
+	// (from the instance table's counters) and the outbox's and the
+	// barrier's depths into the history table, for the overview's charts
+	// of the last hour and the last day. Of several dashboards on one
+	// database, only the one holding the history's lease samples. Default
+	// 15 s.
 	SampleInterval time.Duration
+	// HistoryTable is the history table (and, with "_lease" appended, its
+	// lease table), which the dashboard creates when it is missing.
+	// Default fleet.DefaultHistoryTable.
+	HistoryTable string
+	// HistoryRetention is how long samples are kept. Default 24 h.
+	HistoryRetention time.Duration
+	// InstancesTable is the instance table the overview's fleet card
+	// reads (see package fleet). Default fleet.DefaultTable.
+	InstancesTable string
 	// QueryTimeout bounds the queries of one page. Default 10 s.
 	QueryTimeout time.Duration
 	// Logger receives the action log and errors; nil means slog.Default().
@@ -130,7 +146,7 @@ type Dashboard struct {
 	rmq     *rmqadmin.Client
 	secret  []byte
 	mux     *http.ServeMux
-	samples *sampler
+	history *history
 
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
@@ -180,17 +196,19 @@ func New(db *gorm.DB, cfg Config) (*Dashboard, error) {
 	d.routes()
 	ctx, stop := context.WithCancel(context.Background())
 	d.stop = stop
-	d.samples = newSampler(d, cfg.SampleInterval)
+	d.history = newHistory(d)
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.samples.run(ctx)
+		d.history.run(ctx)
 	}()
 	return d, nil
 }
 
 // WithDefaults returns c with its zero fields set to their defaults:
-// SampleInterval 15 s, QueryTimeout 10 s, Title "txmsg", Logger
+// SampleInterval 15 s, QueryTimeout 10 s, InstancesTable
+// fleet.DefaultTable, HistoryTable fleet.DefaultHistoryTable,
+// HistoryRetention 24 h, Title "txmsg", Logger
 // slog.Default(). It checks nothing; see [Config.Validate].
 func (c Config) WithDefaults() Config {
 	if c.SampleInterval == 0 {
@@ -198,6 +216,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = 10 * time.Second
+	}
+	if c.InstancesTable == "" {
+		c.InstancesTable = fleet.DefaultTable
+	}
+	if c.HistoryTable == "" {
+		c.HistoryTable = fleet.DefaultHistoryTable
+	}
+	if c.HistoryRetention == 0 {
+		c.HistoryRetention = 24 * time.Hour
 	}
 	if c.Title == "" {
 		c.Title = "txmsg"
@@ -224,14 +251,23 @@ func (c Config) Validate() error {
 	if c.QueryTimeout <= 0 {
 		return fmt.Errorf("%w: dashboard: QueryTimeout %v must be positive", txmsg.ErrInvalidConfig, c.QueryTimeout)
 	}
+	if !store.ValidIdent(c.HistoryTable) || !store.ValidIdent(c.HistoryTable+fleet.HistoryLeaseSuffix) {
+		return fmt.Errorf("%w: dashboard: HistoryTable %q must be a plain SQL identifier of at most %d characters", txmsg.ErrInvalidConfig, c.HistoryTable, 64-len(fleet.HistoryLeaseSuffix))
+	}
+	if c.HistoryRetention <= 0 {
+		return fmt.Errorf("%w: dashboard: HistoryRetention %v must be positive", txmsg.ErrInvalidConfig, c.HistoryRetention)
+	}
+	if !store.ValidIdent(c.InstancesTable) {
+		return fmt.Errorf("%w: dashboard: InstancesTable %q must be a plain SQL identifier", txmsg.ErrInvalidConfig, c.InstancesTable)
+	}
 	if c.Logger == nil {
 		return fmt.Errorf("%w: dashboard: Logger is nil; call WithDefaults first", txmsg.ErrInvalidConfig)
 	}
 	return nil
 }
 
-// Close stops the sampler. The handler keeps serving, with a chart that
-// no longer moves.
+// Close stops the sampler and gives its lease up. The handler keeps
+// serving, with charts that move only while another dashboard samples.
 func (d *Dashboard) Close() error {
 	d.closeOnce.Do(func() {
 		d.stop()

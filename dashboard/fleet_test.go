@@ -81,3 +81,58 @@ func TestOverviewShowsFailingRelay(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// fleetInstance is the state cell of the first instance of group's row of
+// the overview's fleet card, and its error.
+func fleetInstance(page, group string) (state, errText string) {
+	re := regexp.MustCompile(`(?s)data-group="` + regexp.QuoteMeta(group) + `">.*?<tr class="instance \w+" data-instance="[^"]*"><td[^>]*>.*?</td><td class="state (\w+)">\w+(?:<br><span class="err">([^<]+)</span>)?</td>`)
+	m := re.FindStringSubmatch(page)
+	if m == nil {
+		return "", ""
+	}
+	return m[1], m[2]
+}
+
+// TestOverviewFleet: two more consumers of the bed's topic, as other
+// replicas' would be, write their heartbeats into the instance table. One
+// is cut off from its name server: the fleet card shows it failing with
+// its Health error. The other loses its database, as a killed process
+// stops heartbeating: it turns stale. The bed's own consumer stays live.
+func TestOverviewFleet(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	cutGroup, deadGroup := testbed.Name(t, "dfcut"), testbed.Name(t, "dfdead")
+	ns, _ := b.Replica(cutGroup, 500*time.Millisecond)
+	_, db := b.Replica(deadGroup, 300*time.Millisecond)
+	c := client(t)
+	waitFleet := func(what string, ok func(page string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			page := get(t, c, b.URL)
+			require.Equal(t, http.StatusOK, page.status, page.body)
+			if ok(page.body) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the fleet card never showed %s:\n%s", what,
+					regexp.MustCompile(`(?s)<section class="card wide fleet" id="fleet">.*?</section>`).FindString(page.body))
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	waitFleet("every consumer live", func(page string) bool {
+		a, _ := fleetInstance(page, cutGroup)
+		d, _ := fleetInstance(page, deadGroup)
+		own, _ := fleetInstance(page, b.Group)
+		return a == "live" && d == "live" && own == "live"
+	})
+	ns.Cut()
+	db.Cut()
+	waitFleet("the cut-off consumer failing, the dead one stale, the bed's live", func(page string) bool {
+		a, errText := fleetInstance(page, cutGroup)
+		d, _ := fleetInstance(page, deadGroup)
+		own, _ := fleetInstance(page, b.Group)
+		return a == "failing" && errText != "" && d == "stale" && own == "live"
+	})
+}

@@ -35,7 +35,11 @@ type overviewData struct {
 	Groups     []groupView
 	GroupsErr  string
 	Health     []healthView
-	Chart      chartView
+	Charts     []chartView
+	// Fleet is every instance of the instance table and every relay, by
+	// kind and group (see fleet.go).
+	Fleet    []fleetGroup
+	FleetErr string
 }
 
 type relayView struct {
@@ -68,7 +72,7 @@ type healthView struct {
 
 func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 	ctx := r.Context()
-	data := &overviewData{OutboxTable: d.ob.Table(), Chart: d.samples.chart()}
+	data := &overviewData{OutboxTable: d.ob.Table()}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var idle time.Time // the relays' last activity
@@ -95,6 +99,16 @@ func (d *Dashboard) overview(r *http.Request) (string, string, any, error) {
 		if err == nil {
 			idle = lastRelayActivity(leases, members)
 		}
+		mu.Unlock()
+		groups, ferr := d.fleetView(ctx, members)
+		mu.Lock()
+		data.Fleet, data.FleetErr = groups, errText(ferr)
+	})
+	run(func() {
+		charts := d.history.charts(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		data.Charts = charts
 	})
 	run(func() {
 		c, err := d.chk.Counts(ctx)

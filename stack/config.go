@@ -8,6 +8,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -75,6 +76,11 @@ type Config struct {
 	// transactional producer's, the sweeper's and its publisher's, or the
 	// outbox's, the relays' and their publisher's. Optional.
 	Hooks txmsg.Hooks
+	// Heartbeat is the instance table the transactional producer and the
+	// sweeper write their rows into (see package fleet), and which
+	// [Stack.Migrate] creates in both modes, for the service's consumers
+	// too. Default: txmsg_instances, every 10 s.
+	Heartbeat fleet.Config
 }
 
 // TransactionalConfig configures a transactional-mode stack; see
@@ -142,6 +148,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -161,7 +168,7 @@ func (c Config) Validate() error {
 	if c.Logger == nil {
 		return invalid("Logger is nil; call WithDefaults first")
 	}
-	return nil
+	return c.Heartbeat.ValidateIn("stack")
 }
 
 // WithDefaults returns c with its zero fields set to their defaults:
@@ -191,11 +198,11 @@ func (c TransactionalConfig) Validate() error {
 	if err := c.Checker.Validate(); err != nil {
 		return fmt.Errorf("stack: Checker: %w", err)
 	}
-	if !zeroConn(c.Producer.Conn) || c.Producer.Group != "" || len(c.Producer.Hooks) > 0 || len(c.Producer.Topics) > 0 {
-		return invalid("Producer.Conn, Group, Hooks and Topics must be left zero: the producer takes RocketMQ, Group, Hooks and Topics")
+	if !zeroConn(c.Producer.Conn) || c.Producer.Group != "" || len(c.Producer.Hooks) > 0 || len(c.Producer.Topics) > 0 || c.Producer.Heartbeat != (fleet.Config{}) {
+		return invalid("Producer.Conn, Group, Hooks, Topics and Heartbeat must be left zero: the producer takes RocketMQ, Group, Hooks, Topics and Heartbeat")
 	}
-	if !zeroConn(c.Sweeper.Conn) || len(c.Sweeper.Hooks) > 0 || len(c.Sweeper.ProducerGroups) > 0 {
-		return invalid("Sweeper.Conn, Hooks and ProducerGroups must be left zero: the sweeper takes RocketMQ, Hooks and the producer group")
+	if !zeroConn(c.Sweeper.Conn) || len(c.Sweeper.Hooks) > 0 || len(c.Sweeper.ProducerGroups) > 0 || c.Sweeper.Heartbeat != (fleet.Config{}) {
+		return invalid("Sweeper.Conn, Hooks, ProducerGroups and Heartbeat must be left zero: the sweeper takes RocketMQ, Hooks, Heartbeat and the producer group")
 	}
 	if c.Parts&PartBackground != 0 {
 		if c.Group == "" {

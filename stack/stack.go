@@ -14,6 +14,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -38,6 +39,9 @@ type Stack struct {
 	ob      *outbox.Outbox
 	relays  []*outbox.Relay
 	barrier *checker.Checker // local-table mode: OutboxConfig.Publisher.Checker
+
+	// instances is the instance table (Config.Heartbeat.Table).
+	instances string
 
 	// sweeperGroup is the sweeper's group, "" without one.
 	sweeperGroup string
@@ -93,7 +97,7 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{mode: ModeTransactional, parts: cfg.Parts, db: db, log: cfg.Logger, chk: chk, sweeperGroup: sweeperGroup}
+	s := &Stack{mode: ModeTransactional, parts: cfg.Parts, db: db, log: cfg.Logger, chk: chk, sweeperGroup: sweeperGroup, instances: cfg.Heartbeat.Table}
 	// The background parts are built first: their config errors come
 	// before NewTransactional asks the database anything.
 	var background []component
@@ -117,6 +121,7 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 		scfg.Conn = cfg.rocketMQ()
 		scfg.Hooks = cfg.Hooks
 		scfg.ProducerGroups = []string{cfg.Group}
+		scfg.Heartbeat = cfg.Heartbeat
 		sw, err := txrmq.NewSweeper(chk, pub, scfg)
 		if err != nil {
 			s.components = background
@@ -132,6 +137,7 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 		pcfg.Group = cfg.Group
 		pcfg.Hooks = cfg.Hooks
 		pcfg.Topics = cfg.Topics
+		pcfg.Heartbeat = cfg.Heartbeat
 		txp, err := txrmq.NewTransactional(db, chk, pcfg)
 		if err != nil {
 			s.components = background
@@ -166,7 +172,7 @@ func Outbox(db *gorm.DB, cfg OutboxConfig) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{mode: ModeOutbox, parts: cfg.Parts, db: db, log: cfg.Logger, ob: ob}
+	s := &Stack{mode: ModeOutbox, parts: cfg.Parts, db: db, log: cfg.Logger, ob: ob, instances: cfg.Heartbeat.Table}
 	if cfg.Parts&PartProducer != 0 {
 		s.tr = ob
 	}
@@ -218,10 +224,15 @@ func (s *Stack) Parts() Part { return s.parts }
 
 // Migrate creates or updates the mode's tables: the barrier table, or the
 // outbox table and its lease table (and, with OutboxConfig.Publisher.Checker, the
-// barrier table too). It needs no broker and may run before
+// barrier table too), and in both modes the instance table
+// (Config.Heartbeat.Table). It needs no broker and may run before
 // Start. The SQL files next to the packages (checker/barrier.sql,
-// adapters/outbox/outbox.sql) hold the same tables for migration tools.
+// adapters/outbox/outbox.sql, fleet/fleet.sql) hold the same tables for
+// migration tools.
 func (s *Stack) Migrate(ctx context.Context) error {
+	if err := fleet.Migrate(ctx, s.db, s.instances); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
 	if s.chk != nil {
 		return s.chk.Migrate(ctx)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -56,16 +57,17 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		"bad parts":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Parts: 4}}, "Parts 4"},
 		"bad topic":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Topics: []string{"a b"}}}, `topic "a b"`},
-		"hooks in producer":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks and Topics"},
+		"hooks in producer":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
 		"no name servers":      {TransactionalConfig{Config: withRMQ(func(c *txrmq.Conn) { c.NameServers = nil })}, "NameServers is empty"},
 		"no group":             {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "Group"},
 		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Group: "orders"}}, "is the producer group"},
 		"sweeper client set":   {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Conn: txrmq.Conn{Namespace: "x"}}}, "Sweeper.Conn"},
-		"producer topics set":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks and Topics"},
+		"producer topics set":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
 		"bad checker":          {TransactionalConfig{Config: base, Checker: checker.Config{CheckWindow: -1}}, "CheckWindow"},
 		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
 		"cache beyond window":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackCacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
 		"negative workers":     {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackWorkers: -1}}, "CheckBackWorkers"},
+		"heartbeat in sweeper": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Heartbeat: fleet.Config{Interval: time.Second}}}, "Sweeper.Conn, Hooks, ProducerGroups and Heartbeat"},
 	}
 	for name, c := range txCases {
 		t.Run("transactional/"+name, func(t *testing.T) {
@@ -114,6 +116,10 @@ func TestConfigDefaultsThenValidate(t *testing.T) {
 	require.ErrorContains(t, err, "Parts")
 	tc.Parts = PartAll
 	tc.Logger = slog.Default()
+	err = tc.Validate()
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Heartbeat: txmsg: invalid config: fleet: Table")
+	tc.Heartbeat = tc.Heartbeat.WithDefaults()
 	err = tc.Validate()
 	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
 	require.ErrorContains(t, err, "checker: Table")
@@ -199,9 +205,10 @@ func TestTransactionalStack(t *testing.T) {
 	obs := testbed.Observe(t, topic, nil)
 	require.NoError(t, db.AutoMigrate(&order{}))
 	s, err := Transactional(db, TransactionalConfig{Config: Config{
-		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}},
-		Group:    testbed.Name(t, "pg"),
-		Topics:   []string{topic},
+		RocketMQ:  txrmq.Conn{NameServers: []string{testbed.NameServer()}},
+		Group:     testbed.Name(t, "pg"),
+		Topics:    []string{topic},
+		Heartbeat: fleet.Config{Interval: 200 * time.Millisecond},
 	}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
@@ -235,8 +242,25 @@ func TestTransactionalStack(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.EqualValues(t, 1, countOrders(t, db))
 
+	// The producer and the sweeper heartbeat into the instance table,
+	// live, with the producer's counts; Close deletes their rows.
+	require.Eventually(t, func() bool {
+		rows, err := fleet.List(ctx, db, fleet.DefaultTable)
+		require.NoError(t, err)
+		kinds := map[string]fleet.Instance{}
+		for _, r := range rows {
+			kinds[r.Kind] = r
+		}
+		p, sw := kinds[fleet.KindProducer], kinds[fleet.KindSweeper]
+		return len(rows) == 2 && p.State == fleet.StateLive && p.Sent == 1 && p.Failed == 1 &&
+			sw.State == fleet.StateLive && sw.Name == s.sweeperGroup
+	}, 30*time.Second, 100*time.Millisecond, "no live producer and sweeper rows with the producer's counts")
+
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, s.Close(ctx), "Close is idempotent")
+	rows, err := fleet.List(ctx, db, fleet.DefaultTable)
+	require.NoError(t, err)
+	require.Empty(t, rows, "Close deletes the instances' rows")
 	_, err = s.Transact(ctx, &txmsg.Message{Topic: topic, Body: []byte(`{}`)}, insertOrder(new(string)))
 	require.ErrorIs(t, err, txmsg.ErrClosed)
 	require.ErrorIs(t, s.Health(ctx), txmsg.ErrClosed)

@@ -219,6 +219,10 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 // Tables returns the inbox and parked table names.
 func (in *Inbox) Tables() (inbox, parked string) { return in.table, in.parked }
 
+// DB returns the database handle the inbox was built on, where the
+// handlers' transactions run.
+func (in *Inbox) DB() *gorm.DB { return in.user }
+
 // Ping reports whether the inbox's database answers and its table can be
 // read. Consumers' health checks use it.
 func (in *Inbox) Ping(ctx context.Context) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -83,6 +84,11 @@ type ConsumerConfig struct {
 	// Default [DefaultBufferMiB] (256). Without it the client's own bound
 	// is 51,200 MiB per consumer.
 	BufferMiB int
+	// Heartbeat is the consumer's row in the instance table, written from
+	// Start to Close on the inbox's database: its Health and its counts
+	// (see package fleet). Optional: the zero value writes every 10 s into
+	// txmsg_instances.
+	Heartbeat fleet.Config
 }
 
 // WithDefaults returns c with its zero fields set to their defaults. It
@@ -96,6 +102,7 @@ func (c ConsumerConfig) WithDefaults() ConsumerConfig {
 	if c.BufferMiB == 0 {
 		c.BufferMiB = DefaultBufferMiB
 	}
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -118,7 +125,7 @@ func (c *ConsumerConfig) validate(what string) error {
 	case c.BufferMiB < 1 || c.BufferMiB > 102_400:
 		return fmt.Errorf("%w: %s: BufferMiB must be between 1 and 102400 (0 means %d)", txmsg.ErrInvalidConfig, what, DefaultBufferMiB)
 	}
-	return nil
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // Consumer is a RocketMQ push consumer (clustering mode, concurrent) that
@@ -177,7 +184,7 @@ func NewConsumer(inbox *txmsg.Inbox, routes []txmsg.Route, cfg ConsumerConfig) (
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, routes: append([]txmsg.Route(nil), routes...), released: make(chan struct{})}
-	if err := c.init("consumer", cfg.Conn, cfg.Group, cfg.Concurrency, inbox, routes); err != nil {
+	if err := c.init("consumer", cfg.Conn, cfg.Group, cfg.Concurrency, inbox, routes, cfg.Heartbeat); err != nil {
 		return nil, err
 	}
 	cfg.redactCredentials()

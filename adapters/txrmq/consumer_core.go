@@ -15,6 +15,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/heartbeat"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
@@ -57,6 +59,11 @@ type consumerCore struct {
 	requeue func(pc any, log *slog.Logger, count *atomic.Int64) func(map[string]time.Time)
 
 	rc *reconnector
+	// beat writes the instance's row from Start to Close; counts are its
+	// counters.
+	beatCfg fleet.Config
+	beat    *heartbeat.Beat
+	counts  heartbeat.Counters
 	// requeued counts the queues re-created, at a broker's return,
 	// because their pull was in flight when the broker died.
 	requeued atomic.Int64
@@ -78,7 +85,7 @@ type consumerCore struct {
 // init validates inbox and routes and sets up the core of a consumer of
 // kind with the routes' topics; the caller sets client and the
 // client-specific fields.
-func (c *consumerCore) init(kind string, conn Conn, group string, concurrency int, inbox *txmsg.Inbox, routes []txmsg.Route) error {
+func (c *consumerCore) init(kind string, conn Conn, group string, concurrency int, inbox *txmsg.Inbox, routes []txmsg.Route, beat fleet.Config) error {
 	if inbox == nil {
 		return fmt.Errorf("%w: %s: inbox is nil", txmsg.ErrInvalidConfig, kind)
 	}
@@ -97,7 +104,7 @@ func (c *consumerCore) init(kind string, conn Conn, group string, concurrency in
 		seen[r.Topic()] = true
 		topics = append(topics, r.Topic())
 	}
-	c.kind, c.conn, c.group, c.inbox, c.topics = kind, conn, group, inbox, topics
+	c.kind, c.conn, c.group, c.inbox, c.topics, c.beatCfg = kind, conn, group, inbox, topics, beat
 	c.log = conn.Logger.With("component", "txmsg."+strings.ReplaceAll(kind, " ", "_"), "group", group)
 	c.sem = make(chan struct{}, concurrency)
 	c.closing = make(chan struct{})
@@ -153,6 +160,7 @@ func (c *consumerCore) startConsumer(ctx context.Context) error {
 		c.rc.stuck = c.requeue(c.client, c.log, &c.requeued)
 	}
 	c.rc.start()
+	c.beat = heartbeat.Start(c.inbox.DB(), c.beatCfg, strings.ReplaceAll(c.kind, " ", "_"), c.group, c.health, &c.counts, c.log)
 	return nil
 }
 
@@ -247,7 +255,9 @@ func (c *consumerCore) run(ctx context.Context, r txmsg.Route, rec *txmsg.Receiv
 			outcome, err = 0, &txmsg.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return driver.Process(r, ctx, c.inbox, c.group, rec)
+	outcome, err = driver.Process(r, ctx, c.inbox, c.group, rec)
+	c.counts.Consumed(outcome, err)
+	return outcome, err
 }
 
 // isClosing reports whether Close has begun.
@@ -283,6 +293,7 @@ func (c *consumerCore) closeConsumer(ctx context.Context, stop, running, after f
 	if !started {
 		return nil
 	}
+	c.beat.Stop(ctx)
 	c.rc.close()
 	if stop != nil {
 		stop()

@@ -89,11 +89,8 @@ func (t *Transactional) Health(ctx context.Context) error {
 	t.mu.RLock()
 	started, closed := t.started, t.closed
 	t.mu.RUnlock()
-	switch {
-	case closed:
-		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrClosed)
-	case !started:
-		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, txmsg.ErrNotStarted)
+	if err := lifecycle("transactional producer", t.cfg.Group, started, closed); err != nil {
+		return err
 	}
 	if err := pingDB(ctx, t.db); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: database: %w", t.cfg.Group, err)
@@ -114,6 +111,18 @@ func (t *Transactional) Health(ctx context.Context) error {
 	}
 	if err := probeRoutes(ctx, rp, topics); err != nil {
 		return fmt.Errorf("rocketmq: transactional producer of group %q: %w", t.cfg.Group, err)
+	}
+	return nil
+}
+
+// lifecycle is the first check of a component's Health: ErrClosed after
+// Close, ErrNotStarted before Start, naming the component and its group.
+func lifecycle(what, group string, started, closed bool) error {
+	switch {
+	case closed:
+		return fmt.Errorf("rocketmq: %s of group %q: %w", what, group, txmsg.ErrClosed)
+	case !started:
+		return fmt.Errorf("rocketmq: %s of group %q: %w", what, group, txmsg.ErrNotStarted)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
@@ -73,6 +74,9 @@ type OrderedConsumerConfig struct {
 	// its first failure.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// Heartbeat is the consumer's row in the instance table, as
+	// [ConsumerConfig.Heartbeat].
+	Heartbeat fleet.Config
 }
 
 // WithDefaults returns c with its zero fields set to their defaults. It
@@ -86,6 +90,7 @@ func (c OrderedConsumerConfig) WithDefaults() OrderedConsumerConfig {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = max(DefaultOrderedMaxBackoff, c.MinBackoff)
 	}
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -107,7 +112,7 @@ func (c OrderedConsumerConfig) Validate() error {
 	case c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: %s: MaxBackoff %v is below MinBackoff %v", txmsg.ErrInvalidConfig, what, c.MaxBackoff, c.MinBackoff)
 	}
-	return nil
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // OrderedConsumer consumes each queue of its topics one message at a time,
@@ -176,7 +181,7 @@ func NewOrderedConsumer(inbox *txmsg.Inbox, routes []txmsg.Route, cfg OrderedCon
 		return nil, err
 	}
 	c := &OrderedConsumer{cfg: cfg, routes: make(map[string]txmsg.Route, len(routes)), acked: make(chan struct{}, 1)}
-	if err := c.init("ordered consumer", cfg.Conn, cfg.Group, cfg.Concurrency, inbox, routes); err != nil {
+	if err := c.init("ordered consumer", cfg.Conn, cfg.Group, cfg.Concurrency, inbox, routes, cfg.Heartbeat); err != nil {
 		return nil, err
 	}
 	for _, r := range routes {
@@ -404,6 +409,7 @@ func (c *OrderedConsumer) park(pq processQueue, rec *txmsg.Received, cause error
 	for n := 1; ; n++ {
 		err := driver.ParkFailed(c.inbox, c.handlerCtx, c.cfg.Group, rec, cause)
 		if err == nil {
+			c.counts.Parked()
 			c.log.Error("handler failed on its last attempt; message parked in the inbox's parked table and its queue goes on",
 				withErr([]any{"txmsg_id", rec.Message.ID, "topic", rec.Message.Topic, "broker_msg_id", rec.BrokerMessageID,
 					"attempt", rec.Attempt}, cause)...)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -197,6 +198,8 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	require.NoError(t, err)
 	cfg := b.orderedConfig()
 	cfg.MaxReconsumeTimes = 2
+	cfg.Heartbeat = fleet.Config{Interval: 200 * time.Millisecond}
+	require.NoError(t, fleet.Migrate(context.Background(), b.db, fleet.DefaultTable))
 	logs := &lockedBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var failingSeen atomic.Int32 // the failures recorded when attempt 3 began
@@ -248,6 +251,15 @@ func TestOrderedConsumerParksAfterMaxReconsumeTimes(t *testing.T) {
 	require.Empty(t, failing, "parking it removed its failing row")
 	require.Contains(t, logs.String(), "level=ERROR msg=\"handler failed on its last attempt; message parked in the inbox's parked table and its queue goes on\"")
 	require.Contains(t, logs.String(), "txmsg_id="+poison.ID)
+
+	// Its heartbeat counts the same: five handled, three failed attempts,
+	// one parked.
+	require.Eventually(t, func() bool {
+		rows, err := fleet.List(context.Background(), b.db, fleet.DefaultTable)
+		require.NoError(t, err)
+		return len(rows) == 1 && rows[0].Kind == fleet.KindOrderedConsumer && rows[0].Name == b.group &&
+			rows[0].State == fleet.StateLive && rows[0].Handled == 5 && rows[0].Failed == 3 && rows[0].Parked == 1
+	}, consumerWait, consumerTick, "the ordered consumer's row never showed its counts")
 }
 
 // lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.

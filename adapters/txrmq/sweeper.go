@@ -17,6 +17,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/heartbeat"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
@@ -70,6 +72,12 @@ type SweeperConfig struct {
 	// database. When parking fails, the message is left unacknowledged on
 	// the broker.
 	Parked *txmsg.Inbox
+	// Heartbeat is the sweeper's row in the instance table, written from
+	// Start to Close on the checker's database: its Health and its counts
+	// (half messages republished, parked, failed attempts; see package
+	// fleet). Optional: the zero value writes every 10 s into
+	// txmsg_instances.
+	Heartbeat fleet.Config
 }
 
 // Sweeper closes the one gap the check-back protocol leaves: when the
@@ -113,6 +121,10 @@ type Sweeper struct {
 	// their pull was lost with it (see Consumer.Start).
 	rc      *reconnector
 	expired atomic.Int64
+	// beat writes the instance's row from Start to Close; counts are its
+	// counters.
+	beat   *heartbeat.Beat
+	counts heartbeat.Counters
 
 	mu      sync.Mutex
 	started bool
@@ -134,6 +146,7 @@ func (c SweeperConfig) WithDefaults() SweeperConfig {
 	if c.HoldFor == 0 {
 		c.HoldFor = DefaultHoldFor
 	}
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -159,7 +172,7 @@ func (c SweeperConfig) Validate() error {
 			return fmt.Errorf("%w: %s: ProducerGroups: %q is not a valid group name", txmsg.ErrInvalidConfig, what, g)
 		}
 	}
-	return nil
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // consumer is the config of the sweeper's consumer of CheckMaxTimeTopic,
@@ -292,6 +305,28 @@ func (s *Sweeper) Start(ctx context.Context) error {
 		s.run(pc)
 	}
 	s.started = true
+	s.beat = heartbeat.Start(s.chk.DB(), s.cfg.Heartbeat, fleet.KindSweeper, s.cfg.Group, s.Health, &s.counts, s.log)
+	return nil
+}
+
+// Health reports whether the sweeper can do its work now: it is started
+// and not closed, the barrier's database answers ([checker.Checker.Ping]),
+// and a name server answers for CheckMaxTimeTopic (which may not exist
+// yet). It returns nil when healthy; the error names the failing part.
+// Bounded by ctx; meant for readiness probes.
+func (s *Sweeper) Health(ctx context.Context) error {
+	s.mu.Lock()
+	started, closed := s.started, s.closed
+	s.mu.Unlock()
+	if err := lifecycle("sweeper", s.cfg.Group, started, closed); err != nil {
+		return err
+	}
+	if err := s.chk.Ping(ctx); err != nil {
+		return fmt.Errorf("rocketmq: sweeper of group %q: barrier: %w", s.cfg.Group, err)
+	}
+	if _, err := s.cfg.askNameServers(ctx, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)}); err != nil {
+		return fmt.Errorf("rocketmq: sweeper of group %q: %w", s.cfg.Group, err)
+	}
 	return nil
 }
 
@@ -376,7 +411,9 @@ func (s *Sweeper) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	close(s.done)
+	beat := s.beat
 	s.mu.Unlock()
+	beat.Stop(ctx)
 	s.wg.Wait()
 	s.mu.Lock()
 	pc, rc := s.pc, s.rc
@@ -510,12 +547,14 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 	m := fromExt(ext).Message
 	m.ID, m.Topic = id, realTopic
 	if err := s.pub.Publish(ctx, m); err != nil {
+		s.counts.Failed()
 		log.Warn("discarded half message was committed; republishing failed, will retry", "err", err)
 		if txmsg.IsUnavailable(err) {
 			return brokerAway
 		}
 		return retry
 	}
+	s.counts.Swept()
 	log.Info("discarded half message was committed; republished it")
 	return swept
 }
@@ -532,6 +571,7 @@ func (s *Sweeper) hold(ctx context.Context, ext *primitive.MessageExt, id, realT
 			"parking it failed, leaving it on the broker", "txmsg_id", id, "topic", realTopic, "err", cause, "park_err", err)
 		return handBack
 	}
+	s.counts.Parked()
 	_, table := s.cfg.Parked.Tables()
 	s.log.Error("discarded half message is older than the barrier's purge horizon, so whether it committed is unknown; "+
 		"parked it for an operator (txmsgctl parked list -kind consumer -group "+s.cfg.Group+")",

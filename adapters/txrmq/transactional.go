@@ -16,6 +16,8 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/heartbeat"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
@@ -67,6 +69,11 @@ type TransactionalConfig struct {
 	// Negative turns the cache off. Zero is left as it is by WithDefaults
 	// and resolved by NewTransactional, which knows the checker.
 	CheckBackCacheAge time.Duration
+	// Heartbeat is the producer's row in the instance table, written from
+	// Start to Close on the producer's database: its Health and its counts
+	// (committed sends, failures, check-back answers; see package fleet).
+	// Optional: the zero value writes every 10 s into txmsg_instances.
+	Heartbeat fleet.Config
 }
 
 // WithDefaults returns c with its zero fields set to their defaults
@@ -78,6 +85,7 @@ func (c TransactionalConfig) WithDefaults() TransactionalConfig {
 	if c.CheckBackCacheSize == 0 {
 		c.CheckBackCacheSize = DefaultCheckBackCacheSize
 	}
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -91,7 +99,10 @@ func (c TransactionalConfig) Validate() error {
 	if err := validateProducer(what, c.SendTimeout, c.Retries, c.MaxBodySize, c.Hooks, c.Topics); err != nil {
 		return err
 	}
-	return validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue)
+	if err := validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue); err != nil {
+		return err
+	}
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // producer is what the client's producer options need of c.
@@ -145,6 +156,10 @@ type Transactional struct {
 	log  *slog.Logger
 	prod rmq.TransactionProducer
 	rc   *reconnector
+	// beat writes the instance's row from Start to Close; counts are its
+	// counters, fed as a hook.
+	beat   *heartbeat.Beat
+	counts *heartbeat.Counters
 
 	calls sync.Map // txmsg ID → *call
 	cb    *checkBacks
@@ -205,7 +220,8 @@ func NewTransactional(db *gorm.DB, chk *checker.Checker, cfg TransactionalConfig
 	if err != nil {
 		return nil, fmt.Errorf("transactional producer: %w", err)
 	}
-	cfg.Hooks = hooks
+	counts := &heartbeat.Counters{}
+	cfg.Hooks = append(hooks, counts)
 	cacheSize, cacheAge, err := cfg.cache(chk.CheckWindow())
 	if err != nil {
 		return nil, err
@@ -222,7 +238,7 @@ func NewTransactional(db *gorm.DB, chk *checker.Checker, cfg TransactionalConfig
 	cfg.redactCredentials()
 	installLogBridge(cfg.Logger, cfg.ClientLogLevel)
 	t := &Transactional{cfg: cfg, db: db, chk: chk, log: cfg.Logger.With("component", "txmsg.transactional", "group", cfg.Group),
-		outcomes: newOutcomeCache(cacheSize, cacheAge)}
+		outcomes: newOutcomeCache(cacheSize, cacheAge), counts: counts}
 	limits := checkBackLimits{workers: cfg.CheckBackWorkers, queue: cfg.CheckBackQueue}
 	t.cb = newCheckBacks(t.log, cfg.Hooks, cfg.Group, limits, t.resolve)
 	prod, err := newCheckBackProducer(cfg.producer(), "tx", t.cb, listener{t})
@@ -272,6 +288,7 @@ func (t *Transactional) Start(ctx context.Context) error {
 	}
 	t.rc = t.newReconnector()
 	t.rc.start()
+	t.beat = heartbeat.Start(t.db, t.cfg.Heartbeat, fleet.KindProducer, t.cfg.Group, t.Health, t.counts, t.log)
 	return nil
 }
 
@@ -527,6 +544,7 @@ func (t *Transactional) Close(ctx context.Context) error {
 	t.closed = true
 	started := t.started
 	t.mu.Unlock()
+	t.beat.Stop(ctx)
 	t.cb.beginClose()
 	defer t.cb.finish()
 	done := make(chan struct{})

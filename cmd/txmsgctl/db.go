@@ -17,6 +17,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/redact"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -30,8 +31,12 @@ type common struct {
 	parkedTable  string
 	failingTable string
 	outboxTable  string
-	timeout      time.Duration
-	verbose      bool
+	// instancesTable and historyTable are the fleet's tables (package
+	// fleet): the instances' heartbeats, the dashboard's history.
+	instancesTable string
+	historyTable   string
+	timeout        time.Duration
+	verbose        bool
 }
 
 // newFlags returns the flag set of command name, with the common flags;
@@ -51,6 +56,8 @@ func newFlags(e *env, name, synopsis string) (*flag.FlagSet, *common) {
 	fs.StringVar(&c.parkedTable, "parked-table", txmsg.DefaultParkedTable, "table of parked messages")
 	fs.StringVar(&c.failingTable, "failing-table", txmsg.DefaultFailingTable, "table of messages whose handler is failing")
 	fs.StringVar(&c.outboxTable, "outbox-table", outbox.DefaultTable, "outbox table (its relays' tables are <name>_lease and <name>_relay)")
+	fs.StringVar(&c.instancesTable, "instances-table", fleet.DefaultTable, "instance table: the heartbeats of consumers, sweepers and producers")
+	fs.StringVar(&c.historyTable, "history-table", fleet.DefaultHistoryTable, "the dashboard's history table (its lease table is <name>_lease)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.BoolVar(&c.verbose, "v", false, "log what the components do (debug level)")
 	return fs, c

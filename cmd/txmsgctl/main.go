@@ -72,8 +72,8 @@ const usageText = `txmsgctl administers txmsg's tables and RocketMQ topics.
 
 Usage:
   txmsgctl migrate [flags]
-      Create or update the barrier, inbox, parked, failing and outbox
-      tables (-only barrier,inbox,outbox picks some).
+      Create or update the barrier, inbox, parked, failing, outbox, instance
+      and history tables (-only barrier,inbox,outbox,fleet picks some).
   txmsgctl stats [flags] [-json]
       Outbox rows by status and the oldest pending row's age; barrier rows
       by state; inbox rows, parked and failing messages by consumer group.

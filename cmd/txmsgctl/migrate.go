@@ -2,18 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/txmsg/txmsg/fleet"
 )
 
 // migrateParts are the table groups migrate knows, in the order it
 // creates them.
-var migrateParts = []string{"barrier", "inbox", "outbox"}
+var migrateParts = []string{"barrier", "inbox", "outbox", "fleet"}
 
 func cmdMigrate(ctx context.Context, e *env, args []string) error {
 	fs, c := newFlags(e, "migrate", "migrate [flags]")
-	only := fs.String("only", strings.Join(migrateParts, ","), "tables to create: barrier (transactional mode), inbox (consumers: inbox and parked tables), outbox (local-table mode: outbox, lease and relay tables)")
+	only := fs.String("only", strings.Join(migrateParts, ","), "tables to create: barrier (transactional mode), inbox (consumers: inbox and parked tables), outbox (local-table mode: outbox, lease and relay tables), fleet (the instance table and the dashboard's history and its lease)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -49,6 +52,8 @@ func cmdMigrate(ctx context.Context, e *env, args []string) error {
 			tables = []string{in, dl, k.inbox.FailingTable()}
 		case "outbox":
 			tables = []string{k.ob.Table(), k.ob.Table() + "_lease", k.ob.Table() + "_relay"}
+		case "fleet":
+			tables = []string{c.instancesTable, c.historyTable, c.historyTable + fleet.HistoryLeaseSuffix}
 		}
 		before, err := k.columnTypes(ctx, tables)
 		if err != nil {
@@ -61,6 +66,8 @@ func cmdMigrate(ctx context.Context, e *env, args []string) error {
 			err = k.inbox.Migrate(ctx)
 		case "outbox":
 			err = k.ob.Migrate(ctx)
+		case "fleet":
+			err = errors.Join(fleet.Migrate(ctx, k.db, c.instancesTable), fleet.MigrateHistory(ctx, k.db, c.historyTable))
 		}
 		if err != nil {
 			return err

@@ -24,7 +24,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	namesrv := fs.String("namesrv", "", "RocketMQ name servers, comma separated (default $TXMSG_NAMESRV): the broker page, lookups on the broker, and replay")
 	topics := fs.String("topics", "", "topics the broker page reports consumer lag for, comma separated, besides those in the inbox")
 	group := fs.String("producer-group", "txmsgctl", "producer group replays publish with")
-	interval := fs.Duration("sample-interval", 15*time.Second, "how often the overview's chart samples the outbox")
+	interval := fs.Duration("sample-interval", 15*time.Second, "how often the overview's charts sample the fleet's rates and the tables' depths into the history table")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -56,6 +56,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	cfg := dashboard.Config{
 		Outbox: k.ob, Inbox: k.inbox, Checker: k.chk, Database: k.display,
 		AllowActions: *allow, Token: *token, SampleInterval: *interval, Logger: e.log,
+		InstancesTable: c.instancesTable, HistoryTable: c.historyTable,
 		Topics: splitList(*topics), AllowedHosts: splitList(*hosts),
 	}
 	// Actions are logged at info level whatever -v says.

@@ -1,5 +1,5 @@
 // The dashboard's only script: selection helpers and confirmations for
-// action forms. Pages work without it.
+// action forms, and the auto-refresh toggle. Pages work without it.
 (function () {
   "use strict";
   function refresh(form) {
@@ -20,4 +20,28 @@
       if (!window.confirm(b.getAttribute("data-confirm"))) { e.preventDefault(); }
     });
   });
+  // Auto-refresh: every 10 s, on unless turned off; the choice is kept in
+  // localStorage. No reload while rows are ticked or a field has focus.
+  var box = document.getElementById("autorefresh");
+  if (box) {
+    var key = "txmsg.autorefresh", timer = null;
+    var load = function () { try { return window.localStorage.getItem(key); } catch (e) { return null; } };
+    var save = function (v) { try { window.localStorage.setItem(key, v); } catch (e) { /* kept for this page only */ } };
+    var busy = function () {
+      var a = document.activeElement;
+      return document.querySelector('form.selection input[name="id"]:checked') !== null ||
+        (a && a !== box && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName));
+    };
+    var schedule = function () {
+      window.clearTimeout(timer);
+      if (box.checked) {
+        timer = window.setTimeout(function () {
+          if (busy()) { schedule(); } else { window.location.reload(); }
+        }, 10000);
+      }
+    };
+    box.checked = load() !== "off";
+    box.addEventListener("change", function () { save(box.checked ? "on" : "off"); schedule(); });
+    schedule();
+  }
 })();

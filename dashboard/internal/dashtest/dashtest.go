@@ -25,7 +25,9 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/dashboard"
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/stack"
 	"github.com/txmsg/txmsg/txmsg"
 	"github.com/txmsg/txmsg/txmsg/driver"
 )
@@ -49,6 +51,8 @@ type Options struct {
 	AllowedHosts []string
 	// SampleInterval is the dashboard's; default 1 s.
 	SampleInterval time.Duration
+	// HistoryRetention is the dashboard's; default its own (24 h).
+	HistoryRetention time.Duration
 }
 
 // Event is what the bed's messages carry.
@@ -122,12 +126,13 @@ func New(t testing.TB, o Options) *Bed {
 	must(b.Outbox.Migrate(ctx))
 	must(b.Inbox.Migrate(ctx))
 	must(b.Checker.Migrate(ctx))
+	must(fleet.Migrate(ctx, db, fleet.DefaultTable))
 	b.Topic = "dash_topic_" + testbed.Suffix()
 	b.Group = testbed.Name(t, "dcg")
 	cfg := dashboard.Config{
 		Outbox: b.Outbox, Inbox: b.Inbox, Checker: b.Checker,
 		Token: o.Token, AllowActions: o.AllowActions, Health: o.Health, AllowedHosts: o.AllowedHosts,
-		SampleInterval: o.SampleInterval, Logger: log,
+		SampleInterval: o.SampleInterval, HistoryRetention: o.HistoryRetention, Logger: log,
 	}
 	if cfg.SampleInterval == 0 {
 		cfg.SampleInterval = time.Second
@@ -302,4 +307,90 @@ func (b *Bed) Burst(n int) {
 	if err != nil {
 		b.T.Fatal(err)
 	}
+}
+
+// Replica starts a consumer of the bed's topic (Options.Broker) in group,
+// as another replica's would be: it reaches the name server through ns and
+// the database through db, proxies the test may cut, and writes its
+// heartbeat every interval. Cutting ns makes its Health fail (the replica
+// is cut off from the broker); cutting db stops its heartbeats, as a
+// process that died would.
+func (b *Bed) Replica(group string, interval time.Duration) (ns, db *testbed.Proxy) {
+	t := b.T
+	t.Helper()
+	ns = testbed.NewProxy(t, testbed.NameServer())
+	db, handle := testbed.ProxiedDB(t, b.DSN)
+	inbox, err := txmsg.NewInbox(handle, txmsg.InboxConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := txmsg.Handle(txmsg.Topic[Event]{Name: b.Topic}, func(context.Context, *gorm.DB, txmsg.Delivery[Event]) error { return nil })
+	cons, err := txrmq.NewConsumer(inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn:      txrmq.Conn{NameServers: []string{ns.Addr()}, NameServerTimeout: time.Second},
+		Group:     group,
+		Heartbeat: fleet.Config{Interval: interval},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = cons.Close(ctx)
+	})
+	return ns, db
+}
+
+// TransactionalTraffic runs transactional mode on the bed's database, as
+// a service would next to the dashboard: a transactional stack and a
+// consumer of a topic of its own, both heartbeating every 200 ms into the
+// instance table. It sends n events, waits until the consumer handled
+// them, and answers one check-back for the last (COMMIT), so that every
+// counter of the history has moved. It returns the consumer's group.
+func (b *Bed) TransactionalTraffic(n int) string {
+	t := b.T
+	t.Helper()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	topic := testbed.Topic(t)
+	beat := fleet.Config{Interval: 200 * time.Millisecond}
+	st, err := stack.Transactional(b.DB, stack.TransactionalConfig{Config: stack.Config{
+		RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "dtp"),
+		Topics: []string{topic}, Heartbeat: beat}})
+	must(err)
+	must(st.Migrate(ctx))
+	must(st.Start(ctx))
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	group := testbed.Name(t, "dtc")
+	route := txmsg.Handle(txmsg.Topic[Event]{Name: topic}, func(context.Context, *gorm.DB, txmsg.Delivery[Event]) error { return nil })
+	cons, err := txrmq.NewConsumer(b.Inbox, []txmsg.Route{route}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: group, Heartbeat: beat})
+	must(err)
+	must(cons.Start(ctx))
+	t.Cleanup(func() { _ = cons.Close(context.Background()) })
+	orders, err := txmsg.NewProducer(st, txmsg.Topic[Event]{Name: topic})
+	must(err)
+	var last *txmsg.Receipt
+	for i := range n {
+		last, err = orders.Send(ctx, Event{Order: "traffic", Qty: i}, func(context.Context, *gorm.DB) error { return nil })
+		must(err)
+	}
+	if !b.WaitHandled(group, last.ID, 60*time.Second) {
+		t.Fatalf("the consumer never handled %s", last.ID)
+	}
+	state, err := st.Transactional().ResolveCheckBack(ctx, last.ID, "")
+	must(err)
+	if state != txmsg.StateCommitted {
+		t.Fatalf("check-back for %s answered %s, want committed", last.ID, state)
+	}
+	return group
 }
