@@ -2,9 +2,13 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +17,8 @@ import (
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/heartbeat"
 	"github.com/txmsg/txmsg/internal/testbed"
 )
 
@@ -135,4 +141,60 @@ func TestOverviewFleet(t *testing.T) {
 		own, _ := fleetInstance(page, b.Group)
 		return a == "failing" && errText != "" && d == "stale" && own == "live"
 	})
+}
+
+// TestOverviewFleetOfFiftyReplicas: a service of 50 replicas, each with a
+// consumer, a sweeper and a producer writing heartbeats through the
+// components' own heartbeat writer, reads as three lines of the fleet
+// card, each closed with its 50 instances; the one replica whose consumer
+// fails puts its group first, open and red, with that instance on top.
+func TestOverviewFleetOfFiftyReplicas(t *testing.T) {
+	t.Parallel()
+	b := dashtest.New(t, dashtest.Options{})
+	const replicas = 50
+	group := testbed.Name(t, "fifty")
+	cfg := fleet.Config{Interval: 200 * time.Millisecond}.WithDefaults()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	broken := errors.New("replica 17 cannot reach the name servers")
+	for i := 0; i < replicas; i++ {
+		for _, kind := range []string{fleet.KindConsumer, fleet.KindSweeper, fleet.KindProducer} {
+			health := func(context.Context) error { return nil }
+			if i == 17 && kind == fleet.KindConsumer {
+				health = func(context.Context) error { return broken }
+			}
+			beat := heartbeat.Start(b.DB, cfg, kind, group, health, &heartbeat.Counters{}, log)
+			t.Cleanup(func() { beat.Stop(context.Background()) })
+		}
+	}
+	c := client(t)
+	tbody := regexp.MustCompile(`(?s)<tbody class="fleet-group( bad)?" data-kind="(\w+)" data-group="` + regexp.QuoteMeta(group) + `">(.*?)</tbody>\s*(?:<tbody class="fleet-group|</table>)`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		page := get(t, c, b.URL)
+		require.Equal(t, http.StatusOK, page.status, page.body)
+		groups := tbody.FindAllStringSubmatch(page.body, -1)
+		instances := 0
+		for _, g := range groups {
+			instances += strings.Count(g[3], `<tr class="instance `)
+		}
+		if len(groups) == 3 && instances == 3*replicas {
+			require.Equal(t, " bad", groups[0][1], "the group with the failing instance comes first, marked bad")
+			require.Equal(t, fleet.KindConsumer, groups[0][2])
+			require.Contains(t, groups[0][3], "<details open>", "the bad group is open")
+			require.Regexp(t, `(?s)<td class="n">49</td><td class="n bad">1</td><td class="n">0</td>`, groups[0][3])
+			state, errText := fleetInstance(page.body, group)
+			require.Equal(t, fleet.StateFailing, state, "the failing instance is the first of its group")
+			require.Equal(t, broken.Error(), errText)
+			for _, g := range groups[1:] {
+				require.Empty(t, g[1], "%s is healthy", g[2])
+				require.Contains(t, g[3], "<details>", "a healthy group stays closed")
+				require.Regexp(t, `<td class="n">50</td><td class="n">0</td><td class="n">0</td>`, g[3])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet card never listed %d instances in 3 groups: %d groups, %d instances", 3*replicas, len(groups), instances)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
