@@ -161,10 +161,18 @@ type Forwarder struct {
 
 	forwarded, chained atomic.Int64
 
+	// afterSend, set by tests, runs after each successful send; an error
+	// fails the message as a crash before its acknowledgement would.
+	afterSend func() error
+
 	mu      sync.Mutex
 	started bool
-	closed  bool
-	stop    chan struct{}
+	// consuming: the push consumer was started (Start, or later once the
+	// delay topic exists).
+	consuming bool
+	closed    bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // NewForwarder builds a Forwarder after filling cfg's defaults and
@@ -204,7 +212,10 @@ func (f *Forwarder) Mode() DelayMode { return f.mode.Load().(DelayMode) }
 func (f *Forwarder) Forwarded() (sent, chained int64) { return f.forwarded.Load(), f.chained.Load() }
 
 // Start picks the delay mode (see [DelayAuto]), then starts consuming the
-// delay topic. The topic must exist (txmsgctl topic create).
+// delay topic. When the topic does not exist yet, Start logs a warning and
+// returns nil, and the Forwarder starts consuming once it exists (it looks
+// every 10 s): services that send no delayed message need not create it.
+// When no name server answers, Start fails.
 func (f *Forwarder) Start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -222,7 +233,17 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		f.mode.Store(mode)
 		f.log.Info("forwarder delay mode", "mode", string(mode), "why", why)
 	}
-	if err := askTopicRoutes(ctx, &f.cfg.Conn, []string{f.cfg.brokerTopic(f.cfg.Topic)}); err != nil {
+	err := askTopicRoutes(ctx, &f.cfg.Conn, []string{f.cfg.brokerTopic(f.cfg.Topic)})
+	if errors.Is(err, txmsg.ErrTopicNotFound) {
+		// Services that send no delayed messages need not create the
+		// topic: the forwarder waits for it.
+		f.log.Warn("the delay topic does not exist; delayed transactional messages cannot be sent until it is created, and the forwarder starts once it is", "err", err)
+		f.started = true
+		f.wg.Add(1)
+		go f.startWhenRouted()
+		return nil
+	}
+	if err != nil {
 		_ = f.pub.Close(ctx)
 		return fmt.Errorf("rocketmq: start forwarder: %w", err)
 	}
@@ -230,8 +251,43 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		_ = f.pub.Close(ctx)
 		return fmt.Errorf("rocketmq: start forwarder: %w", err)
 	}
-	f.started = true
+	f.started, f.consuming = true, true
 	return nil
+}
+
+// routePoll is how often a Forwarder started before its delay topic
+// existed looks for it.
+const routePoll = 10 * time.Second
+
+// startWhenRouted starts consuming once the delay topic has a route.
+func (f *Forwarder) startWhenRouted() {
+	defer f.wg.Done()
+	t := time.NewTicker(routePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.NameServerTimeout)
+		err := askTopicRoutes(ctx, &f.cfg.Conn, []string{f.cfg.brokerTopic(f.cfg.Topic)})
+		cancel()
+		if err != nil {
+			continue
+		}
+		f.mu.Lock()
+		if !f.closed {
+			if err := f.pc.Start(); err != nil {
+				f.log.Error("cannot start the forwarder's consumer", "err", err)
+			} else {
+				f.consuming = true
+				f.log.Info("the delay topic exists; forwarder consuming")
+			}
+		}
+		f.mu.Unlock()
+		return
+	}
 }
 
 // Close stops consuming and closes the Forwarder's producer. A message
@@ -244,11 +300,11 @@ func (f *Forwarder) Close(ctx context.Context) error {
 		return nil
 	}
 	f.closed = true
-	started := f.started
 	close(f.stop)
 	f.mu.Unlock()
+	f.wg.Wait()
 	var err error
-	if started {
+	if f.consuming {
 		err = f.pc.Shutdown()
 	}
 	return errors.Join(err, f.pub.Close(ctx))
@@ -292,7 +348,7 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 				return err
 			}
 			f.chained.Add(1)
-			return nil
+			return f.sent()
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)
@@ -311,6 +367,13 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 		return err
 	}
 	f.forwarded.Add(1)
+	return f.sent()
+}
+
+func (f *Forwarder) sent() error {
+	if f.afterSend != nil {
+		return f.afterSend()
+	}
 	return nil
 }
 
