@@ -58,7 +58,8 @@ func (p *Producer[T]) Send(ctx context.Context, event T, local LocalTx, opts ...
 }
 
 // Message builds the envelope Send would publish for event, without sending
-// it. Outbox users pass it to EnqueueTx inside a transaction they already
+// it. An option given an invalid value (such as WithDelay(0)) fails here,
+// with [ErrInvalidMessage]. Outbox users pass it to EnqueueTx inside a transaction they already
 // hold.
 func (p *Producer[T]) Message(event T, opts ...SendOption) (*Message, error) {
 	body, err := p.codec.Encode(event)
@@ -68,6 +69,9 @@ func (p *Producer[T]) Message(event T, opts ...SendOption) (*Message, error) {
 	msg := &Message{Topic: p.topic.Name, Tag: p.topic.Tag, Body: body}
 	for _, opt := range opts {
 		opt(msg)
+	}
+	if msg.invalid != nil {
+		return nil, msg.invalid
 	}
 	return msg, nil
 }
