@@ -268,3 +268,44 @@ func TestBrokerDelayed(t *testing.T) {
 	require.WithinDuration(t, sent.Add(delay), due, time.Second)
 	require.Never(t, func() bool { return obs.Distinct() > 1 }, time.Second, tick, "the rolled-back event never arrives")
 }
+
+// TestDelayedRowsDoNotAge: Stats counts delayed rows as pending, but a row
+// not due yet does not make the oldest pending row old.
+func TestDelayedRowsDoNotAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	m := e.msg("later")
+	m.Delay = time.Hour
+	_, err := e.ob.Transact(context.Background(), m, createOrder("later"))
+	require.NoError(t, err)
+	require.NoError(t, e.db.Exec("UPDATE "+e.ob.Table()+" SET created_at = created_at - INTERVAL 1 DAY").Error)
+	s := e.stats()
+	require.EqualValues(t, 1, s.Pending)
+	require.Zero(t, s.OldestPending)
+}
+
+// TestDelayOnATableWithoutDeliverAt: on an outbox table of an earlier
+// release, undelayed messages go in and out as before, a delayed one is
+// refused naming Migrate, and after Migrate it is taken.
+func TestDelayOnATableWithoutDeliverAt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	require.NoError(t, e.db.Exec("ALTER TABLE "+e.ob.Table()+" DROP COLUMN deliver_at").Error)
+	pub := newMemPublisher()
+	start(t, e.relay(pub, RelayConfig{}))
+	ids := e.send(1, "plain")
+	require.Eventually(t, func() bool { return pub.times(ids[0]) == 1 }, waitFor, tick)
+	require.EqualValues(t, 1, e.stats().Sent, "Stats reads the table without deliver_at")
+
+	m := e.msg("later")
+	m.Delay = time.Minute
+	_, err := e.ob.Transact(context.Background(), m, createOrder("later"))
+	require.ErrorIs(t, err, txmsg.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Migrate")
+
+	require.NoError(t, e.ob.Migrate(context.Background()))
+	m = e.msg("later")
+	m.Delay = time.Minute
+	_, err = e.ob.Transact(context.Background(), m, createOrder("later"))
+	require.NoError(t, err)
+}
