@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -276,4 +277,46 @@ func TestForwarderRedeliveryIsDeduped(t *testing.T) {
 	var effects int64
 	require.NoError(t, e.db.Table("effects").Where("msg_id = ?", r.ID).Count(&effects).Error)
 	require.EqualValues(t, 1, effects)
+}
+
+// TestForwarderRestart: delayed messages that fall due while no forwarder
+// runs wait in the delay topic; the group's next forwarder sends them on
+// at once, nothing lost.
+func TestForwarderRestart(t *testing.T) {
+	t.Parallel()
+	e := newTxEnv(t)
+	delayTopic := testbed.Topic(t)
+	cfg := e.config(fwdLogger(t))
+	cfg.DelayTopic = delayTopic
+	tr, err := NewTransactional(e.db, e.chk, cfg)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(context.Background()))
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	obs := testbed.Observe(t, e.topic, nil)
+
+	fcfg := ForwarderConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: fwdLogger(t)},
+		Group: testbed.Name(t, "fwd"), Topic: delayTopic}
+	first, err := NewForwarder(fcfg)
+	require.NoError(t, err)
+	require.NoError(t, first.Start(context.Background()))
+	require.NoError(t, first.Close(context.Background()), "the forwarder stops")
+
+	p, err := txmsg.NewProducer(tr, txmsg.Topic[string]{Name: e.topic})
+	require.NoError(t, err)
+	var ids []string
+	for i := range 5 {
+		r, err := p.Send(context.Background(), "while down", createOrder("down"+strconv.Itoa(i)), txmsg.WithDelay(time.Second))
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	time.Sleep(2 * time.Second)
+	require.Zero(t, obs.Distinct(), "nothing goes out without a forwarder")
+
+	second, err := NewForwarder(fcfg)
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	t.Cleanup(func() { _ = second.Close(context.Background()) })
+	for _, id := range ids {
+		obs.DeliveredWithin(t, id, 30*time.Second)
+	}
 }

@@ -313,6 +313,12 @@ func (t *Transactional) enter() error {
 // barrier row already existed and could not be read (this local
 // transaction rolled back; an earlier one with the ID may have committed).
 //
+// A delayed message (txmsg.WithDelay, txmsg.WithDeliverAt) goes the same
+// way, but its half message is sent to DelayTopic with its topic and due
+// time; once committed, a [Forwarder] sends it on when due. A delay that
+// is not valid at the start fails with txmsg.ErrInvalidMessage before
+// anything is sent.
+//
 // The local transaction is a new one on the producer's db, never one the
 // caller holds: do not call Transact inside an open gorm transaction (see
 // the txmsg package documentation).
