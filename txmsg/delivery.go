@@ -25,7 +25,8 @@ type Received struct {
 	// DueAt is when a delayed message was due (see [WithDelay]); zero for
 	// a message sent without a delay.
 	DueAt time.Time
-	// ReceivedAt is when the consumer took the message from the broker.
+	// ReceivedAt is when the consumer started processing the message,
+	// after any wait in its buffer.
 	ReceivedAt time.Time
 }
 
@@ -58,7 +59,8 @@ type Delivery[T any] struct {
 	// database's in local-table mode, the producer's in transactional
 	// mode).
 	DueAt time.Time
-	// ReceivedAt is when the consumer took the message from the broker.
+	// ReceivedAt is when the consumer started processing the message,
+	// after any wait in its buffer since the pull.
 	ReceivedAt time.Time
 }
 
