@@ -71,6 +71,5 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
 -- outbox refuses delayed messages and takes all others as before; relays
 -- of earlier releases ignore it (they publish delayed rows when due,
 -- without the due time).
--- For a table without it (only then: the statement fails otherwise):
--- ALTER TABLE `txmsg_outbox`
---   ADD COLUMN `deliver_at` datetime(6) DEFAULT NULL;
+ALTER TABLE `txmsg_outbox`
+  ADD COLUMN `deliver_at` datetime(6) DEFAULT NULL;
