@@ -305,7 +305,7 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	f.wg.Wait()
 	var err error
 	if f.consuming {
-		err = f.pc.Shutdown()
+		err = shutdownConsumer(f.pc, f.log)
 	}
 	return errors.Join(err, f.pub.Close(ctx))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -319,4 +320,55 @@ func TestForwarderRestart(t *testing.T) {
 	for _, id := range ids {
 		obs.DeliveredWithin(t, id, 30*time.Second)
 	}
+}
+
+// TestForwarderCloseLeavesNothingRunning: after forwarding, Close ends
+// every goroutine the Forwarder started, those of its two client
+// instances (the consumer and its publisher) included. Not parallel: it
+// counts goroutines.
+func TestForwarderCloseLeavesNothingRunning(t *testing.T) {
+	testbed.SkipOnServerDefaults(t, "it counts goroutines after Close, which no collation or isolation level changes")
+	e := newTxEnv(t)
+	ctx := context.Background()
+	delayTopic := testbed.Topic(t)
+	inbox, err := txmsg.NewInbox(e.db, txmsg.InboxConfig{})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(ctx))
+	base := goroutineStacks()
+
+	var handled atomic.Int64
+	route := txmsg.Handle(txmsg.Topic[struct{}]{Name: e.topic}, func(context.Context, *gorm.DB, txmsg.Delivery[struct{}]) error {
+		handled.Add(1)
+		return nil
+	})
+	cons, err := NewConsumer(inbox, []txmsg.Route{route}, ConsumerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg")})
+	require.NoError(t, err)
+	require.NoError(t, cons.Start(ctx))
+	cfg := e.config(fwdLogger(t))
+	cfg.DelayTopic = delayTopic
+	tr, err := NewTransactional(e.db, e.chk, cfg)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(ctx))
+	f, err := NewForwarder(ForwarderConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: fwdLogger(t)},
+		Group: testbed.Name(t, "fwd"), Topic: delayTopic, Mode: DelayLevels})
+	require.NoError(t, err)
+	require.NoError(t, f.Start(ctx))
+	_, err = tr.Transact(ctx, &txmsg.Message{Topic: e.topic, Body: []byte(`{}`), Delay: 1500 * time.Millisecond}, createOrder("leak"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return handled.Load() == 1 }, 30*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, f.Close(ctx))
+	require.NoError(t, f.Close(ctx), "Close is idempotent")
+	require.ErrorIs(t, f.Start(ctx), txmsg.ErrClosed)
+	require.NoError(t, tr.Close(ctx))
+	require.NoError(t, cons.Close(ctx))
+
+	// Client instances: the consumer, the transactional producer, and the
+	// forwarder's consumer and publisher.
+	const clients = 4
+	left := newGoroutines(base, clients)
+	for deadline := time.Now().Add(60 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = newGoroutines(base, clients) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Empty(t, left, "goroutines left running after Close:\n%s", strings.Join(left, "\n\n"))
 }
