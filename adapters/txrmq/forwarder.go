@@ -35,7 +35,10 @@ const (
 	DelayAuto DelayMode = ""
 	// DelayTimer sends a message on to its topic at once, with the
 	// broker's timer (TIMER_DELIVER_MS, RocketMQ 5.x with
-	// timerWheelEnable, the default). The broker holds it until due.
+	// timerWheelEnable, the default). The broker holds it until due. A
+	// message whose timer the broker refuses (timerWheelEnable off, or a
+	// timerMaxDelaySec shorter than the time left) goes by the delay
+	// levels instead; with the timer off, all messages do from then on.
 	DelayTimer DelayMode = "timer"
 	// DelayLevels chains the message through the delay topic with the
 	// broker's delay levels (DELAY), each time the largest level not past
@@ -332,35 +335,62 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 			"broker_msg_id", ext.MsgId, "txmsg_id", m.ID)
 		return nil
 	}
+	if f.Mode() == DelayTimer {
+		err := f.byTimer(ctx, m, rec.DueAt)
+		if err == nil || !timerRefused(err) {
+			return err
+		}
+		// A 5.x broker without its timer (timerWheelEnable=false), or one
+		// whose timerMaxDelaySec is shorter than the time left: the delay
+		// levels work on every broker.
+		if strings.Contains(err.Error(), "not enabled") {
+			f.mode.Store(DelayLevels)
+			f.log.Warn("the broker's timer is off; forwarding with the delay levels from now on", "err", err)
+		} else {
+			f.log.Warn("the broker refused the timer for this message; forwarding it with the delay levels", "txmsg_id", m.ID, "err", err)
+		}
+	}
+	return f.byLevels(ctx, m, rec.DueAt)
+}
+
+// byTimer sends m to its topic with the broker's timer set to due.
+func (f *Forwarder) byTimer(ctx context.Context, m *txmsg.Message, due time.Time) error {
 	pm := toPrimitive(m)
-	left := time.Until(rec.DueAt)
-	switch f.Mode() {
-	case DelayTimer:
-		if left > 0 {
-			pm.WithProperty(propertyTimerDeliverMs, strconv.FormatInt(timerDeliverMs(rec.DueAt, f.cfg.TimerPrecision), 10))
+	if time.Until(due) > 0 {
+		pm.WithProperty(propertyTimerDeliverMs, strconv.FormatInt(timerDeliverMs(due, f.cfg.TimerPrecision), 10))
+	}
+	if err := f.pub.sendOne(ctx, pm); err != nil {
+		return err
+	}
+	f.forwarded.Add(1)
+	return f.sent()
+}
+
+// byLevels sends m back through the delay topic with the next delay level,
+// or, when less than the smallest level is left, waits and sends it to its
+// topic.
+func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Time) error {
+	pm := toPrimitive(m)
+	level, wait := nextHop(time.Until(due), f.cfg.DelayLevels)
+	if level > 0 {
+		pm.Topic = f.cfg.Topic
+		pm.WithDelayTimeLevel(level)
+		if err := f.pub.sendOne(ctx, pm); err != nil {
+			return err
 		}
-	default:
-		level, wait := nextHop(left, f.cfg.DelayLevels)
-		if level > 0 {
-			pm.Topic = f.cfg.Topic
-			pm.WithDelayTimeLevel(level)
-			if err := f.pub.sendOne(ctx, pm); err != nil {
-				return err
-			}
-			f.chained.Add(1)
-			return f.sent()
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-f.stop:
-				t.Stop()
-				return errors.New("forwarder closing")
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			}
+		f.chained.Add(1)
+		return f.sent()
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-f.stop:
+			t.Stop()
+			return errors.New("forwarder closing")
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		}
 	}
 	if err := f.pub.sendOne(ctx, pm); err != nil {
@@ -368,6 +398,15 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 	}
 	f.forwarded.Add(1)
 	return f.sent()
+}
+
+// timerRefused reports whether a send failed because the broker refused
+// its timer: "accurate timer message is not enabled" or "timer message
+// illegal" (SendMessageProcessor's remarks). Its timer flow control is a
+// passing failure, retried as any other.
+func timerRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "accurate timer message is not enabled") || strings.Contains(msg, "timer message illegal")
 }
 
 func (f *Forwarder) sent() error {

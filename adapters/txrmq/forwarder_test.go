@@ -372,3 +372,13 @@ func TestForwarderCloseLeavesNothingRunning(t *testing.T) {
 	}
 	require.Empty(t, left, "goroutines left running after Close:\n%s", strings.Join(left, "\n\n"))
 }
+
+// TestTimerRefused: the broker's answers that refuse a timer (5.x
+// SendMessageProcessor) send the message through the delay levels;
+// timer flow control and other failures are retried as they are.
+func TestTimerRefused(t *testing.T) {
+	require.True(t, timerRefused(errors.New("send to t: txmsg: rejected: CODE: 1  DESC: accurate timer message is not enabled, timerWheelEnable is false")))
+	require.True(t, timerRefused(errors.New("CODE: 13  DESC: timer message illegal, the delay time should not be bigger than the max delay 3600000ms")))
+	require.False(t, timerRefused(errors.New("CODE: 1  DESC: timer message is under flow control, max num limit is 14000")))
+	require.False(t, timerRefused(errors.New("connection refused")))
+}
