@@ -126,7 +126,7 @@ func WithProperty(name, value string) SendOption {
 // database's clock, and the relay publishes it then; in transactional mode
 // the half message goes to the transactor's delay topic and a forwarder
 // (txrmq.Forwarder) sends it on to its topic when it is due. Events arrive
-// at most about a second late while relay, forwarder and broker run.
+// a second or two late at most while relay, forwarder and broker run.
 // Consumers see the due time as [Delivery.DueAt].
 func WithDelay(d time.Duration) SendOption {
 	return func(m *Message) {
