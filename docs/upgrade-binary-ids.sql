@@ -64,3 +64,12 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox_relay` (
 --   ADD COLUMN `lease_ttl_us` bigint NOT NULL DEFAULT 0,
 --   ADD COLUMN `unavailable_since` datetime(6) DEFAULT NULL,
 --   ADD COLUMN `last_error` varchar(1024) NOT NULL DEFAULT '';
+
+-- The due time of delayed messages (txmsg.WithDelay). `txmsgctl migrate`
+-- and Outbox.Migrate add it; on MySQL 8.0.12+ and MariaDB 10.3+ a
+-- nullable column added last is added instantly. Until it exists, the
+-- outbox refuses delayed messages and takes all others as before; relays
+-- of earlier releases ignore it (they publish delayed rows when due,
+-- without the due time).
+ALTER TABLE `txmsg_outbox`
+  ADD COLUMN `deliver_at` datetime(6) DEFAULT NULL;

@@ -15,6 +15,9 @@
 #                   local-table     TestOutboxConformance (adapters/outbox)
 #                   consumer        TestConsumer* (adapters/txrmq)
 #                   sweeper         TestSweeperRecoversPastTheCheckWindow (adapters/txrmq)
+#                   delay           TestTransactionalDelayed (adapters/txrmq): the
+#                                   forwarder's delay levels (4.x and 5.x) and
+#                                   the broker's timer (5.x only; skipped on 4.x)
 #   conformance     the two conformance suites only
 #
 # Environment:
@@ -46,7 +49,7 @@ die() {
 }
 
 case $SCOPE in
-full) MODES=(transactional local-table consumer sweeper) ;;
+full) MODES=(transactional local-table consumer sweeper delay) ;;
 conformance) MODES=(transactional local-table) ;;
 *) die "COMPAT_SCOPE must be full or conformance (got '$SCOPE')" ;;
 esac
@@ -71,6 +74,7 @@ run_of() {
 	local-table) echo '^TestOutboxConformance$' ;;
 	consumer) echo '^TestConsumer' ;;
 	sweeper) echo '^TestSweeperRecoversPastTheCheckWindow$' ;;
+	delay) echo '^TestTransactionalDelayed$' ;;
 	esac
 }
 

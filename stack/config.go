@@ -22,6 +22,10 @@ const (
 // group when TransactionalConfig.Sweeper.Group is empty.
 const SweeperSuffix = "-sweeper"
 
+// ForwarderSuffix is appended to the producer group to name the
+// forwarder's group when TransactionalConfig.Forwarder.Group is empty.
+const ForwarderSuffix = "-delay"
+
 // Part is a set of a stack's parts; see [Config.Parts].
 type Part uint8
 
@@ -105,6 +109,14 @@ type TransactionalConfig struct {
 	// Conn, Hooks and ProducerGroups come from the stack and must be left
 	// zero. Optional.
 	Sweeper txrmq.SweeperConfig
+	// Forwarder configures the forwarder of delayed messages
+	// (txmsg.WithDelay), run with [PartBackground]: Group, its consumer
+	// and producer group, defaults to the producer group with
+	// [ForwarderSuffix] appended; Topic defaults to Producer.DelayTopic
+	// and must equal it; Mode, DelayLevels and TimerPrecision tune how the
+	// broker waits. Its Conn comes from the stack and must be left zero.
+	// Optional.
+	Forwarder txrmq.ForwarderConfig
 }
 
 // OutboxConfig configures a local-table stack; see [Outbox].
@@ -184,6 +196,15 @@ func (c TransactionalConfig) WithDefaults() TransactionalConfig {
 	if c.Sweeper.Group == "" && c.Group != "" {
 		c.Sweeper.Group = c.Group + SweeperSuffix
 	}
+	if c.Forwarder.Group == "" && c.Group != "" {
+		c.Forwarder.Group = c.Group + ForwarderSuffix
+	}
+	if c.Producer.DelayTopic == "" {
+		c.Producer.DelayTopic = txrmq.DefaultDelayTopic
+	}
+	if c.Forwarder.Topic == "" {
+		c.Forwarder.Topic = c.Producer.DelayTopic
+	}
 	return c
 }
 
@@ -201,6 +222,12 @@ func (c TransactionalConfig) Validate() error {
 	if !zeroConn(c.Producer.Conn) || c.Producer.Group != "" || len(c.Producer.Hooks) > 0 || len(c.Producer.Topics) > 0 || c.Producer.Heartbeat != (fleet.Config{}) {
 		return invalid("Producer.Conn, Group, Hooks, Topics and Heartbeat must be left zero: the producer takes RocketMQ, Group, Hooks, Topics and Heartbeat")
 	}
+	if !zeroConn(c.Forwarder.Conn) {
+		return invalid("Forwarder.Conn must be left zero: the forwarder takes RocketMQ")
+	}
+	if c.Forwarder.Topic != c.Producer.DelayTopic {
+		return invalid("Forwarder.Topic %q differs from Producer.DelayTopic %q: the forwarder must read the topic the producer sends delayed messages to", c.Forwarder.Topic, c.Producer.DelayTopic)
+	}
 	if !zeroConn(c.Sweeper.Conn) || len(c.Sweeper.Hooks) > 0 || len(c.Sweeper.ProducerGroups) > 0 || c.Sweeper.Heartbeat != (fleet.Config{}) {
 		return invalid("Sweeper.Conn, Hooks, ProducerGroups and Heartbeat must be left zero: the sweeper takes RocketMQ, Hooks, Heartbeat and the producer group")
 	}
@@ -210,6 +237,9 @@ func (c TransactionalConfig) Validate() error {
 		}
 		if c.Sweeper.Group == c.Group {
 			return invalid("Sweeper.Group %q is the producer group: the broker would send check-backs to the sweeper's publisher, which cannot answer them", c.Sweeper.Group)
+		}
+		if c.Forwarder.Group == c.Group || c.Forwarder.Group == c.Sweeper.Group {
+			return invalid("Forwarder.Group %q must differ from the producer and sweeper groups", c.Forwarder.Group)
 		}
 	}
 	return nil

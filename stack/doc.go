@@ -25,7 +25,7 @@
 // migration tool), then [Stack.Start] once the topics exist, and
 // [Stack.Close] on the way out. Start starts the producer first, so a
 // restarted service answers the broker's check-backs at once, and the
-// background part (sweeper or relays) last; Close stops them in reverse
+// background part (sweeper and forwarder, or relays) last; Close stops them in reverse
 // order. [Stack.Health] is meant for readiness probes.
 //
 // # Groups
@@ -36,7 +36,9 @@
 // plain producer may join it: a plain producer ignores check-backs. The
 // sweeper's publisher therefore gets a group of its own, by default the
 // producer group with [SweeperSuffix] appended, which is also the sweeper's
-// consumer group.
+// consumer group. The forwarder of delayed messages (txmsg.WithDelay),
+// part of the background in transactional mode, consumes and publishes in
+// the group with [ForwarderSuffix] appended.
 //
 // # Parts
 //

@@ -35,10 +35,12 @@ type Stack struct {
 	chk     *checker.Checker
 	txp     *txrmq.Transactional
 	sweeper *txrmq.Sweeper
-	pub     *txrmq.Publisher
-	ob      *outbox.Outbox
-	relays  []*outbox.Relay
-	barrier *checker.Checker // local-table mode: OutboxConfig.Publisher.Checker
+	// forwarder sends delayed transactional messages on when due.
+	forwarder *txrmq.Forwarder
+	pub       *txrmq.Publisher
+	ob        *outbox.Outbox
+	relays    []*outbox.Relay
+	barrier   *checker.Checker // local-table mode: OutboxConfig.Publisher.Checker
 
 	// instances is the instance table (Config.Heartbeat.Table).
 	instances string
@@ -76,7 +78,8 @@ var _ txmsg.Transactor = (*Stack)(nil)
 // (its MySQL DSN needs parseTime=true): a [checker.Checker] on db, a
 // [txrmq.Transactional] producer in group cfg.Group (with
 // [PartProducer]), and a [txrmq.Sweeper] with its [txrmq.Publisher], both
-// in their own group (with [PartBackground]). cfg goes through
+// in their own group, and a [txrmq.Forwarder] of delayed messages in
+// another (with [PartBackground]). cfg goes through
 // [TransactionalConfig.WithDefaults] and [TransactionalConfig.Validate].
 // It connects to no broker; with PartProducer it asks the database whether
 // the checker and db reach the same schema (see [txrmq.NewTransactional]),
@@ -130,6 +133,19 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 		}
 		s.sweeper = sw
 		background = append(background, component{"sweeper", sw.Start, sw.Close})
+		fcfg := cfg.Forwarder
+		fcfg.Conn = cfg.rocketMQ()
+		if fcfg.MaxBodySize == 0 {
+			fcfg.MaxBodySize = cfg.Producer.MaxBodySize
+		}
+		fw, err := txrmq.NewForwarder(fcfg)
+		if err != nil {
+			s.components = background
+			s.discard()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		s.forwarder = fw
+		background = append(background, component{"forwarder", fw.Start, fw.Close})
 	}
 	if cfg.Parts&PartProducer != 0 {
 		pcfg := cfg.Producer
@@ -406,6 +422,10 @@ func (s *Stack) Checker() *checker.Checker { return s.chk }
 // Transactional returns the transactional producer, or nil (local-table
 // mode, or no [PartProducer]).
 func (s *Stack) Transactional() *txrmq.Transactional { return s.txp }
+
+// Forwarder returns the forwarder of delayed messages, or nil (local-table
+// mode, or no [PartBackground]).
+func (s *Stack) Forwarder() *txrmq.Forwarder { return s.forwarder }
 
 // Sweeper returns the sweeper, or nil (local-table mode, or no
 // [PartBackground]).

@@ -146,6 +146,8 @@ func TestSweeperGroup(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "orders"+SweeperSuffix, s.sweeperGroup)
 	require.NotNil(t, s.Sweeper())
+	require.NotNil(t, s.Forwarder())
+	require.Equal(t, "orders"+ForwarderSuffix, cfg.WithDefaults().Forwarder.Group)
 	require.NotNil(t, s.Publisher())
 	require.NoError(t, s.Close(context.Background()))
 
@@ -159,6 +161,7 @@ func TestSweeperGroup(t *testing.T) {
 	s, err = Transactional(db, cfg)
 	require.NoError(t, err)
 	require.Nil(t, s.Sweeper())
+	require.Nil(t, s.Forwarder())
 	require.Nil(t, s.Publisher())
 	require.NotNil(t, s.Transactional())
 	require.NoError(t, s.Close(context.Background()))
@@ -266,6 +269,40 @@ func TestTransactionalStack(t *testing.T) {
 	require.ErrorIs(t, s.Health(ctx), txmsg.ErrClosed)
 	require.ErrorIs(t, s.Start(ctx), txmsg.ErrClosed)
 	obs.NeverDelivered(t, failed, 2*time.Second)
+}
+
+// A transactional stack runs the forwarder: a delayed event reaches its
+// topic when due, not before.
+func TestTransactionalStackDelayed(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	db := testbed.DB(t)
+	topic, delayTopic := testbed.Topic(t), testbed.Topic(t)
+	obs := testbed.Observe(t, topic, nil)
+	require.NoError(t, db.AutoMigrate(&order{}))
+	s, err := Transactional(db, TransactionalConfig{
+		Config: Config{
+			RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}},
+			Group:    testbed.Name(t, "pg"),
+			Topics:   []string{topic},
+		},
+		Producer: txrmq.TransactionalConfig{DelayTopic: delayTopic},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := t.Context()
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Start(ctx))
+	p, err := txmsg.NewProducer(s, txmsg.Topic[map[string]int]{Name: topic})
+	require.NoError(t, err)
+	id := txmsg.NewID()
+	sent := time.Now()
+	_, err = p.Send(ctx, map[string]int{"n": 1}, insertOrder(&id), txmsg.WithID(id), txmsg.WithDelay(2*time.Second))
+	require.NoError(t, err)
+	obs.NeverDelivered(t, id, 2*time.Second-time.Since(sent)-200*time.Millisecond)
+	obs.DeliveredWithin(t, id, 10*time.Second)
+	n, _ := s.Forwarder().Forwarded()
+	require.EqualValues(t, 1, n)
 }
 
 // The local-table stack writes the row with the order and its relays

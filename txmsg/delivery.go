@@ -27,6 +27,21 @@ type Received struct {
 	// but moves it to the group's dead-letter topic. The inbox marks its
 	// failing row so (FailingRow.DeadLettered).
 	Final bool
+	// DueAt is when a delayed message was due (see [WithDelay]); zero for
+	// a message sent without a delay.
+	DueAt time.Time
+	// ReceivedAt is when the consumer started processing the message,
+	// after any wait in its buffer.
+	ReceivedAt time.Time
+}
+
+// Lateness is how long after its due time a delayed message reached the
+// consumer, ReceivedAt - DueAt; 0 for a message without a due time.
+func (r *Received) Lateness() time.Duration {
+	if r.DueAt.IsZero() || r.ReceivedAt.IsZero() {
+		return 0
+	}
+	return r.ReceivedAt.Sub(r.DueAt)
 }
 
 // Delivery is one typed event handed to a [Handler].
@@ -43,6 +58,15 @@ type Delivery[T any] struct {
 	// Attempt counts deliveries of this message to Group, starting at 1: a
 	// handler that failed twice sees Attempt == 3 on its third run.
 	Attempt int
+	// DueAt is when the event was due, for an event sent with [WithDelay]
+	// or [WithDeliverAt]; zero otherwise. It reached the consumer at
+	// ReceivedAt, never before DueAt by the sending side's clock (the
+	// database's in local-table mode, the producer's in transactional
+	// mode).
+	DueAt time.Time
+	// ReceivedAt is when the consumer started processing the message,
+	// after any wait in its buffer since the pull.
+	ReceivedAt time.Time
 }
 
 // Handler handles one event inside the database transaction that also

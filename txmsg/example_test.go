@@ -182,3 +182,32 @@ func ExampleHooks() {
 	// 4bf92f35
 	// local transaction of order-created: rolled_back (out of stock)
 }
+
+// WithDelay sends an event later, and only if the transaction commits: the
+// reminder goes out 30 minutes after the order is written. Both modes
+// honour it (see WithDelay); a delay that is not positive, or beyond
+// MaxDelay, fails before anything is written.
+func ExampleWithDelay() {
+	reminders, err := txmsg.NewProducer(printingTransactor{}, txmsg.Topic[OrderCreated]{Name: "order-reminder"})
+	if err != nil {
+		panic(err)
+	}
+	msg, err := reminders.Message(OrderCreated{OrderID: 42, SKU: "A-1"}, txmsg.WithDelay(30*time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(msg.Topic, msg.Delay)
+	due, delayed, err := msg.Due(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
+	fmt.Println(due.Format(time.Kitchen), delayed, err)
+
+	_, err = reminders.Send(context.Background(), OrderCreated{OrderID: 43}, nil, txmsg.WithDelay(0))
+	fmt.Println(errors.Is(err, txmsg.ErrInvalidMessage))
+	tooFar, _ := reminders.Message(OrderCreated{OrderID: 44}, txmsg.WithDelay(txmsg.MaxDelay+time.Hour))
+	_, _, err = tooFar.Due(time.Now())
+	fmt.Println(errors.Is(err, txmsg.ErrInvalidMessage))
+	// Output:
+	// order-reminder 30m0s
+	// 12:30PM true <nil>
+	// true
+	// true
+}

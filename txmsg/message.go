@@ -3,7 +3,9 @@ package txmsg
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Property names txmsg sets on every message it publishes. They travel as
@@ -19,7 +21,20 @@ const (
 	// topics; this one survives, so a half message found in a system topic
 	// can still be sent where it belongs.
 	PropertyTopic = "TXMSG_TOPIC"
+	// PropertyDeliverAt carries a delayed message's due time, in Unix
+	// milliseconds: the earliest time it reaches consumers (see
+	// [WithDelay]). Consumers read it as [Delivery.DueAt].
+	PropertyDeliverAt = "TXMSG_DELIVER_AT"
 )
+
+// MaxDelay is the longest delay [WithDelay] and [WithDeliverAt] accept:
+// 3 days, the timer horizon of a RocketMQ 5.x broker with its default
+// timerMaxDelaySec (259200). It holds in both modes, so that moving a
+// producer between local-table and transactional mode, or between broker
+// lines, never changes which delays are accepted. (On a 4.x broker the
+// transactional mode reaches it by chaining the broker's delay levels, the
+// largest of which is 2 h.)
+const MaxDelay = 72 * time.Hour
 
 // DefaultMaxBodySize is the largest body a message may carry unless a
 // component's config says otherwise: RocketMQ's default maxMessageSize of
@@ -84,6 +99,22 @@ type Message struct {
 	Body []byte
 	// Properties are user properties carried with the message.
 	Properties map[string]string
+	// Delay, when positive, asks for the message to reach consumers no
+	// earlier than this long after it is written: after the outbox row is
+	// inserted (by the database's clock) in local-table mode, after the
+	// transaction begins (by the producer's clock) in transactional mode.
+	// At most one of Delay and DeliverAt may be set; see [WithDelay].
+	Delay time.Duration
+	// DeliverAt, when not zero, is the earliest time the message may reach
+	// consumers (see [WithDeliverAt]). A [Publisher] sends at once and
+	// carries DeliverAt to consumers as the due time
+	// ([PropertyDeliverAt]); relays publish delayed rows that way when
+	// they are due.
+	DeliverAt time.Time
+
+	// invalid is an error a SendOption found in its argument; Validate
+	// returns it.
+	invalid error
 }
 
 // Clone returns a deep copy of m.
@@ -136,6 +167,15 @@ func (m *Message) Validate(maxBody int) error {
 	if strings.ContainsAny(m.ShardingKey, "\x01\x02") || len(m.ShardingKey) > maxKeyLength {
 		return fmt.Errorf("%w: sharding key must be at most %d bytes of printable text", ErrInvalidMessage, maxKeyLength)
 	}
+	if m.invalid != nil {
+		return m.invalid
+	}
+	if m.Delay < 0 {
+		return fmt.Errorf("%w: delay %v is negative; use a positive delay up to %v", ErrInvalidMessage, m.Delay, MaxDelay)
+	}
+	if m.Delay > 0 && !m.DeliverAt.IsZero() {
+		return fmt.Errorf("%w: both a delay (%v) and a delivery time (%v) are set; use one of WithDelay and WithDeliverAt", ErrInvalidMessage, m.Delay, m.DeliverAt)
+	}
 	for k, v := range m.Properties {
 		if k == "" || strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02") {
 			return fmt.Errorf("%w: property %q: names must be non-empty and names and values must not contain \\x01 or \\x02", ErrInvalidMessage, k)
@@ -145,6 +185,47 @@ func (m *Message) Validate(maxBody int) error {
 		}
 	}
 	return nil
+}
+
+// Due returns when a message written at now may reach consumers, and
+// whether it is delayed at all: now+Delay, or DeliverAt. Transactors call
+// it before they write anything: a delay above [MaxDelay], or a DeliverAt
+// not after now or more than MaxDelay after it, fails with an error
+// wrapping [ErrInvalidMessage]. Call it after [Message.Validate].
+func (m *Message) Due(now time.Time) (due time.Time, delayed bool, err error) {
+	switch {
+	case m.Delay > MaxDelay:
+		return time.Time{}, false, fmt.Errorf("%w: delay %v is longer than txmsg.MaxDelay (%v), the broker's timer horizon; deliver later events from a scheduler of your own", ErrInvalidMessage, m.Delay, MaxDelay)
+	case m.Delay > 0:
+		return now.Add(m.Delay), true, nil
+	case m.DeliverAt.IsZero():
+		return time.Time{}, false, nil
+	case !m.DeliverAt.After(now):
+		return time.Time{}, false, fmt.Errorf("%w: delivery time %s is not in the future (now %s); send without WithDeliverAt to deliver at once", ErrInvalidMessage, m.DeliverAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	case m.DeliverAt.Sub(now) > MaxDelay:
+		return time.Time{}, false, fmt.Errorf("%w: delivery time %s is more than txmsg.MaxDelay (%v) away, the broker's timer horizon; deliver later events from a scheduler of your own", ErrInvalidMessage, m.DeliverAt.UTC().Format(time.RFC3339Nano), MaxDelay)
+	}
+	return m.DeliverAt, true, nil
+}
+
+// FormatDeliverAt formats t as [PropertyDeliverAt] carries it: Unix
+// milliseconds, rounded up so that a message is never due early.
+func FormatDeliverAt(t time.Time) string {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return strconv.FormatInt(ms, 10)
+}
+
+// ParseDeliverAt reads a [PropertyDeliverAt] value; ok is false when v is
+// empty or not a number.
+func ParseDeliverAt(v string) (t time.Time, ok bool) {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if v == "" || err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // ValidateTopic reports whether name is a topic applications may publish to
@@ -184,5 +265,6 @@ func (m *Message) AllKeys() []string {
 // reservedProperty reports whether name is a property the broker protocol
 // or txmsg sets itself; applications may not set it.
 func reservedProperty(name string) bool {
-	return reservedProperties[name] || name == PropertyID || name == PropertyShardingKey || name == PropertyTopic
+	return reservedProperties[name] || name == PropertyID || name == PropertyShardingKey || name == PropertyTopic ||
+		name == PropertyDeliverAt
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -78,4 +79,68 @@ func TestPanicErrorUnwraps(t *testing.T) {
 	inner := errors.New("inner")
 	require.ErrorIs(t, &PanicError{Value: inner}, inner)
 	require.Contains(t, (&PanicError{Value: "boom"}).Error(), "boom")
+}
+
+// TestDelayValidation: the delay options and Message.Due accept a
+// positive delay or a future time up to MaxDelay, and refuse the rest with
+// ErrInvalidMessage.
+func TestDelayValidation(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := func() *Message { return &Message{Topic: "t", Body: []byte("x")} }
+	apply := func(o SendOption) *Message { m := base(); o(m); return m }
+
+	for name, m := range map[string]*Message{
+		"zero delay":       apply(WithDelay(0)),
+		"negative delay":   apply(WithDelay(-time.Second)),
+		"zero time":        apply(WithDeliverAt(time.Time{})),
+		"negative field":   {Topic: "t", Body: []byte("x"), Delay: -1},
+		"both fields":      {Topic: "t", Body: []byte("x"), Delay: time.Second, DeliverAt: now.Add(time.Hour)},
+		"reserved due":     {Topic: "t", Body: []byte("x"), Properties: map[string]string{PropertyDeliverAt: "1"}},
+		"reserved DELAY":   {Topic: "t", Body: []byte("x"), Properties: map[string]string{"DELAY": "3"}},
+		"reserved TIMER_*": {Topic: "t", Body: []byte("x"), Properties: map[string]string{"TIMER_DELIVER_MS": "3"}},
+	} {
+		require.ErrorIs(t, m.Validate(0), ErrInvalidMessage, name)
+	}
+	for name, m := range map[string]*Message{
+		"too long": apply(WithDelay(MaxDelay + time.Nanosecond)),
+		"past":     apply(WithDeliverAt(now.Add(-time.Second))),
+		"now":      apply(WithDeliverAt(now)),
+		"too far":  apply(WithDeliverAt(now.Add(MaxDelay + time.Millisecond))),
+	} {
+		require.NoError(t, m.Validate(0), name)
+		_, _, err := m.Due(now)
+		require.ErrorIs(t, err, ErrInvalidMessage, name)
+	}
+	due, delayed, err := apply(WithDelay(MaxDelay)).Due(now)
+	require.NoError(t, err)
+	require.True(t, delayed)
+	require.Equal(t, now.Add(MaxDelay), due)
+	due, delayed, err = apply(WithDeliverAt(now.Add(time.Minute))).Due(now)
+	require.NoError(t, err)
+	require.True(t, delayed)
+	require.Equal(t, now.Add(time.Minute), due)
+	_, delayed, err = base().Due(now)
+	require.NoError(t, err)
+	require.False(t, delayed)
+	// The later option wins.
+	m := apply(WithDeliverAt(now.Add(time.Hour)))
+	WithDelay(time.Minute)(m)
+	require.True(t, m.DeliverAt.IsZero())
+	require.NoError(t, m.Validate(0))
+}
+
+// TestDeliverAtProperty: the due time travels in Unix milliseconds,
+// rounded up, never early.
+func TestDeliverAtProperty(t *testing.T) {
+	at := time.UnixMilli(1_700_000_000_123).Add(400 * time.Microsecond)
+	v := FormatDeliverAt(at)
+	require.Equal(t, "1700000000124", v)
+	got, ok := ParseDeliverAt(v)
+	require.True(t, ok)
+	require.False(t, got.Before(at))
+	require.Equal(t, "1700000000123", FormatDeliverAt(time.UnixMilli(1_700_000_000_123)))
+	for _, bad := range []string{"", "x", "-5", "0"} {
+		_, ok := ParseDeliverAt(bad)
+		require.False(t, ok, bad)
+	}
 }

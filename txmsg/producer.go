@@ -3,6 +3,7 @@ package txmsg
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Topic names a topic and the event type published on it.
@@ -57,7 +58,8 @@ func (p *Producer[T]) Send(ctx context.Context, event T, local LocalTx, opts ...
 }
 
 // Message builds the envelope Send would publish for event, without sending
-// it. Outbox users pass it to EnqueueTx inside a transaction they already
+// it. An option given an invalid value (such as WithDelay(0)) fails here,
+// with [ErrInvalidMessage]. Outbox users pass it to EnqueueTx inside a transaction they already
 // hold.
 func (p *Producer[T]) Message(event T, opts ...SendOption) (*Message, error) {
 	body, err := p.codec.Encode(event)
@@ -67,6 +69,9 @@ func (p *Producer[T]) Message(event T, opts ...SendOption) (*Message, error) {
 	msg := &Message{Topic: p.topic.Name, Tag: p.topic.Tag, Body: body}
 	for _, opt := range opts {
 		opt(msg)
+	}
+	if msg.invalid != nil {
+		return nil, msg.invalid
 	}
 	return msg, nil
 }
@@ -108,5 +113,41 @@ func WithProperty(name, value string) SendOption {
 			m.Properties = map[string]string{}
 		}
 		m.Properties[name] = value
+	}
+}
+
+// WithDelay asks for the event to reach consumers no earlier than d after
+// it is written, and only if the transaction commits. d must be positive
+// and at most [MaxDelay] (3 days); anything else fails the send with
+// [ErrInvalidMessage] before anything is written.
+//
+// Both modes honour it, on RocketMQ 4.x and 5.x brokers alike: in
+// local-table mode the outbox row waits until it is due, by the
+// database's clock, and the relay publishes it then; in transactional mode
+// the half message goes to the transactor's delay topic and a forwarder
+// (txrmq.Forwarder) sends it on to its topic when it is due. Events arrive
+// a second or two late at most while relay, forwarder and broker run.
+// Consumers see the due time as [Delivery.DueAt].
+func WithDelay(d time.Duration) SendOption {
+	return func(m *Message) {
+		if d <= 0 {
+			m.invalid = fmt.Errorf("%w: WithDelay(%v): the delay must be positive (at most %v); send without it to deliver at once", ErrInvalidMessage, d, MaxDelay)
+			return
+		}
+		m.Delay, m.DeliverAt = d, time.Time{}
+	}
+}
+
+// WithDeliverAt asks for the event to reach consumers no earlier than t,
+// and only if the transaction commits. t must lie in the future, at most
+// [MaxDelay] ahead, when the send starts; otherwise the send fails with
+// [ErrInvalidMessage] before anything is written. See [WithDelay].
+func WithDeliverAt(t time.Time) SendOption {
+	return func(m *Message) {
+		if t.IsZero() {
+			m.invalid = fmt.Errorf("%w: WithDeliverAt: the time is zero; send without it to deliver at once", ErrInvalidMessage)
+			return
+		}
+		m.DeliverAt, m.Delay = t, 0
 	}
 }

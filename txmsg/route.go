@@ -57,6 +57,8 @@ func Handle[T any](topic Topic[T], h Handler[T], opts ...RouteOption) Route {
 				BrokerMessageID: rec.BrokerMessageID,
 				Group:           group,
 				Attempt:         rec.Attempt,
+				DueAt:           rec.DueAt,
+				ReceivedAt:      rec.ReceivedAt,
 			})
 		})
 	}

@@ -175,7 +175,7 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 // [0, Buckets). Due is by the database's clock, as next_attempt_at is
 // written.
 func (r *Relay) dueIn(ctx context.Context, tx *gorm.DB, buckets []int, limit int) *gorm.DB {
-	return tx.WithContext(ctx).Table(r.table).Select(metaColumns).
+	return tx.WithContext(ctx).Table(r.table).Select(r.columns()).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
 		Where("status = ?", StatusPending).Where(r.inBuckets(tx, buckets)).Where("next_attempt_at <= UTC_TIMESTAMP(6)").
 		Order("bucket, next_attempt_at, id").Limit(limit)
@@ -194,8 +194,31 @@ func (r *Relay) inBuckets(db *gorm.DB, buckets []int) *gorm.DB {
 
 // metaColumns are the columns a claim reads: every column but the body,
 // and the body's length instead, and the database's clock.
-const metaColumns = "id, msg_id, topic, tag, `keys`, sharding_key, bucket, properties, status, attempts, " +
+// A table that Migrate has not given the deliver_at column yet is read
+// without it (metaColumnsV1).
+const metaColumns = metaColumnsV1 + ", deliver_at"
+
+const metaColumnsV1 = "id, msg_id, topic, tag, `keys`, sharding_key, bucket, properties, status, attempts, " +
 	"next_attempt_at, last_error, created_at, updated_at, sent_at, LENGTH(body) AS body_size, UTC_TIMESTAMP(6) AS db_now"
+
+// columns returns the columns the relay's claims read: metaColumns, or
+// metaColumnsV1 while the table lacks deliver_at.
+func (r *Relay) columns() string {
+	if r.noDeliverAt {
+		return metaColumnsV1
+	}
+	return metaColumns
+}
+
+// checkColumns looks up, at the start of Run, whether the table has the
+// deliver_at column of delayed messages, and warns when it has not.
+func (r *Relay) checkColumns(ctx context.Context) {
+	has := r.db.WithContext(ctx).Migrator().HasColumn(r.table, "deliver_at")
+	r.noDeliverAt = !has
+	if !has && ctx.Err() == nil {
+		r.log.Warn("the outbox table lacks the deliver_at column; run Outbox.Migrate (or txmsgctl migrate). Until then delayed messages cannot be enqueued")
+	}
+}
 
 // claimed is a claimed row without its body.
 type claimed struct {

@@ -54,6 +54,12 @@
 // [RelayConfig.PublishBytes], so a relay's memory does not grow with
 // BatchSize × body size.
 //
+// A delayed message (txmsg.WithDelay) is inserted with next_attempt_at at
+// its due time, kept in deliver_at as well, so claims take it only when it
+// is due by the database's clock; after a cycle the relay sleeps until the
+// next row becomes due when that comes before its poll. It is published
+// as a plain message carrying its due time.
+//
 // # Failures
 //
 // A row the broker refuses (the Publisher's error wraps txmsg.ErrRejected

@@ -132,7 +132,7 @@ func BenchmarkOutboxInsert(b *testing.B) {
 		lit, ok := store.LiteralsFor(db)
 		require.True(b, ok)
 		run(b, func(tx *gorm.DB, rows []*Row) error {
-			q, _ := ob.literalInsert(lit, rows)
+			q, _ := ob.literalInsert(lit, rows, false)
 			_, err := tx.Statement.ConnPool.ExecContext(context.Background(), q)
 			return err
 		})

@@ -3,9 +3,11 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -14,8 +16,10 @@ type Stats struct {
 	// Pending, Sent and Parked count the rows in each status.
 	Pending, Sent, Parked int64
 	// OldestPending is the age of the oldest pending row; zero when none
-	// is pending. A growing value means the relays fall behind or the
-	// broker is failing.
+	// is pending. A delayed row (txmsg.WithDelay) counts from its due
+	// time, so rows waiting to be due do not age. A growing value means
+	// the relays fall behind or the broker is failing. Pending includes
+	// the delayed rows not due yet.
 	OldestPending time.Duration
 	// Waiting counts the pending rows whose last publish failed because
 	// the broker or the route was unavailable. They count no attempt and
@@ -34,10 +38,20 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 		Age     sql.NullInt64
 		Waiting int64
 	}
-	err := o.q.WithContext(ctx).Table(o.cfg.Table).
-		Select("status, COUNT(*) AS n, TIMESTAMPDIFF(MICROSECOND, MIN(created_at), "+dbClock+") AS age, "+
-			"COALESCE(SUM(last_error LIKE ?), 0) AS waiting", waitingPrefix+"%").
-		Group("status").Scan(&groups).Error
+	stats := func(since string) error {
+		return o.q.WithContext(ctx).Table(o.cfg.Table).
+			Select("status, COUNT(*) AS n, TIMESTAMPDIFF(MICROSECOND, MIN("+since+"), "+dbClock+") AS age, "+
+				"COALESCE(SUM(last_error LIKE ?), 0) AS waiting", waitingPrefix+"%").
+			Group("status").Scan(&groups).Error
+	}
+	err := stats("COALESCE(deliver_at, created_at)")
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == errBadField {
+		// A table Migrate has not given deliver_at yet holds no delayed
+		// rows.
+		groups = nil
+		err = stats("created_at")
+	}
 	if err != nil {
 		return s, fmt.Errorf("outbox: stats of %s: %w", o.cfg.Table, err)
 	}

@@ -182,7 +182,11 @@ const extraWindows = 2
 // does the scan read past the range, as it always did.)
 func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after int64, skip map[string]bool, limit int) ([]*claimed, error) {
 	where := func(q *gorm.DB) *gorm.DB {
-		q = q.Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after)
+		// Rows without a key that are not due (delayed, or backing off)
+		// are left out: they hold nothing back, and a bucket full of
+		// them must not fill the window.
+		q = q.Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after).
+			Where("sharding_key <> '' OR next_attempt_at <= UTC_TIMESTAMP(6)")
 		if len(skip) > 0 {
 			keys := make([]string, 0, len(skip))
 			for k := range skip {
@@ -199,7 +203,7 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	q := where(tx.WithContext(ctx).Table(r.table).Select(metaColumns).
+	q := where(tx.WithContext(ctx).Table(r.table).Select(r.columns()).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})).
 		Where("id <= ?", ids[len(ids)-1])
 	var rows []*claimed
@@ -216,8 +220,10 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 // whatever the Publisher does with a partial failure.
 //
 // A keyed row holds back the later rows of its key while it is not due
-// (backing off) or younger than SettleDelay. Rows without a key are all
-// in the first round.
+// (delayed with txmsg.WithDelay, or backing off) or younger than
+// SettleDelay: a key's events reach the broker in commit order, so a
+// delayed event also delays the key's events committed after it. Rows
+// without a key are all in the first round.
 func (r *Relay) planRounds(rows []*Row, now time.Time, res *cycleResult) [][]int {
 	settled := now.Add(-r.cfg.SettleDelay)
 	held := map[string]bool{}

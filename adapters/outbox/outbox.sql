@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS `txmsg_outbox` (
   `created_at` datetime(6) NOT NULL,
   `updated_at` datetime(6) NOT NULL,
   `sent_at` datetime(6) DEFAULT NULL,
+  `deliver_at` datetime(6) DEFAULT NULL,          -- due time of a delayed message, NULL for none
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_outbox_msg_id` (`msg_id`),
   KEY `idx_outbox_due` (`status`, `next_attempt_at`, `id`),

@@ -74,6 +74,8 @@ type Relay struct {
 	}
 	// meanBody is the mean body size of the last claim (Run's goroutine).
 	meanBody int
+	// noDeliverAt: the table lacks the deliver_at column (set by Run).
+	noDeliverAt bool
 
 	// unmarked holds the marks of a claim whose transaction failed after
 	// it published: they are applied in a new transaction before the
@@ -188,6 +190,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.purgeLoop(bg) }()
 	}
+	r.checkColumns(ctx)
 	r.lease = leaseState{owned: map[int]time.Time{}}
 	r.standby.until, r.standby.probing = time.Time{}, false
 	defer r.releaseLeases(ctx)
@@ -225,6 +228,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if r.trackOutage(ctx) || res.more {
 			continue
 		}
+		r.nextDue(ctx, &res)
 		d := r.cfg.PollInterval
 		if res.retryIn > 0 && res.retryIn < d {
 			d = res.retryIn
@@ -254,6 +258,30 @@ func (c *cycleResult) retryAt(now, t time.Time) {
 	d := max(t.Sub(now), 5*time.Millisecond)
 	if c.retryIn == 0 || d < c.retryIn {
 		c.retryIn = d
+	}
+}
+
+// nextDue makes res wake the relay when the next pending row that is not
+// due yet becomes due: a delayed message (txmsg.WithDelay) or a row
+// backing off, in any bucket. The read takes one entry of the (status,
+// next_attempt_at, id) index. Rows inserted by other processes are seen
+// at the next cycle (their commit's Notify, or the poll).
+func (r *Relay) nextDue(ctx context.Context, res *cycleResult) {
+	var next struct {
+		Due time.Time `gorm:"column:due"`
+		Now time.Time `gorm:"column:db_now"`
+	}
+	err := r.db.WithContext(ctx).Table(r.table).Select("next_attempt_at AS due, UTC_TIMESTAMP(6) AS db_now").
+		Where("status = ? AND next_attempt_at > UTC_TIMESTAMP(6)", StatusPending).
+		Order("next_attempt_at").Limit(1).Scan(&next).Error
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Debug("cannot read the next due row; waiting for the poll", "err", err)
+		}
+		return
+	}
+	if !next.Due.IsZero() {
+		res.retryAt(next.Now, next.Due)
 	}
 }
 

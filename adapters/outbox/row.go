@@ -89,6 +89,16 @@ type Row struct {
 	UpdatedAt time.Time `gorm:"precision:6;not null;autoUpdateTime:false;index:idx_outbox_status_updated,priority:2"`
 	// SentAt is when the row was published, nil while it is not.
 	SentAt *time.Time `gorm:"precision:6"`
+	// DeliverAt is the due time of a delayed message (txmsg.WithDelay),
+	// nil for one to publish at once. The row is inserted with
+	// NextAttemptAt at this time, so relays claim it only when it is due,
+	// by the database's clock; the relay sends it with its due time
+	// (txmsg.PropertyDeliverAt).
+	DeliverAt *time.Time `gorm:"precision:6"`
+
+	// due is the SQL expression of the row's due time at insert: the
+	// database's clock, plus the message's delay, or its DeliverAt.
+	due string
 }
 
 // Column limits the message must fit, beyond txmsg's own rules.
@@ -117,6 +127,19 @@ func newRow(m *txmsg.Message, buckets int, now time.Time) (*Row, error) {
 	if len(keys) > maxKeysLen {
 		return nil, fmt.Errorf("%w: keys take %d bytes; the outbox holds %d", txmsg.ErrInvalidMessage, len(keys), maxKeysLen)
 	}
+	due, delayed, err := m.Due(now)
+	if err != nil {
+		return nil, err
+	}
+	dueExpr := dbClock
+	switch {
+	case delayed && m.Delay > 0:
+		dueExpr = fmt.Sprintf("DATE_ADD(%s, INTERVAL %d MICROSECOND)", dbClock, (m.Delay + time.Microsecond - 1).Microseconds())
+	case delayed:
+		// Rounded up to the column's microseconds: never due early.
+		due = due.UTC().Add(time.Microsecond - 1).Truncate(time.Microsecond)
+		dueExpr = "'" + due.Format("2006-01-02 15:04:05.000000") + "'"
+	}
 	body := m.Body
 	if body == nil {
 		body = []byte{}
@@ -133,7 +156,26 @@ func newRow(m *txmsg.Message, buckets int, now time.Time) (*Row, error) {
 		NextAttemptAt: now,
 		CreatedAt:     now,
 		UpdatedAt:     now,
+		due:           dueExpr,
 	}, nil
+}
+
+// dueExpr is the SQL expression of the row's due time: the database's
+// clock for a row built by newRow without a delay.
+func (r *Row) dueExpr() string {
+	if r.due == "" {
+		return dbClock
+	}
+	return r.due
+}
+
+// deliverAtExpr is what the INSERT writes to deliver_at: the due time of a
+// delayed row, else NULL.
+func (r *Row) deliverAtExpr() string {
+	if r.due == "" || r.due == dbClock {
+		return "NULL"
+	}
+	return r.due
 }
 
 // bucketOf hashes key into [0, buckets). Rows without a key need no order,
@@ -158,6 +200,9 @@ func (r *Row) message() (*txmsg.Message, error) {
 		Keys:        strings.Fields(r.Keys),
 		ShardingKey: r.ShardingKey,
 		Body:        r.Body,
+	}
+	if r.DeliverAt != nil {
+		m.DeliverAt = *r.DeliverAt
 	}
 	if r.Properties != "" && r.Properties != "{}" {
 		if err := json.Unmarshal([]byte(r.Properties), &m.Properties); err != nil {

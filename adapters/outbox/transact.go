@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/internal/store"
@@ -197,9 +198,27 @@ func (o *Outbox) insert(ctx context.Context, tx *gorm.DB, rows []*Row) error {
 // insertChunk writes one chunk: as a single literal INSERT (one round trip)
 // when the handle allows it and the statement is small, otherwise through
 // gorm with arguments.
+//
+// The deliver_at column is written only by chunks holding a delayed row,
+// so tables that Migrate has not given it yet take undelayed rows as
+// before.
 func (o *Outbox) insertChunk(ctx context.Context, tx *gorm.DB, chunk []*Row) error {
+	delayed := false
+	for _, r := range chunk {
+		delayed = delayed || r.deliverAtExpr() != "NULL"
+	}
+	err := o.insertRows(ctx, tx, chunk, delayed)
+	var me *mysql.MySQLError
+	if delayed && errors.As(err, &me) && me.Number == errBadField {
+		return fmt.Errorf("%w: the outbox table %s has no deliver_at column for delayed messages; run Outbox.Migrate (or txmsgctl migrate) first: %w",
+			txmsg.ErrInvalidConfig, o.cfg.Table, err)
+	}
+	return err
+}
+
+func (o *Outbox) insertRows(ctx context.Context, tx *gorm.DB, chunk []*Row, delayed bool) error {
 	if lit, ok := store.LiteralsFor(tx); ok {
-		if q, fits := o.literalInsert(lit, chunk); fits {
+		if q, fits := o.literalInsert(lit, chunk, delayed); fits {
 			return tx.WithContext(ctx).Exec(q).Error
 		}
 	}
@@ -208,8 +227,11 @@ func (o *Outbox) insertChunk(ctx context.Context, tx *gorm.DB, chunk []*Row) err
 		values[i] = map[string]any{
 			"msg_id": r.MsgID, "topic": r.Topic, "tag": r.Tag, "keys": r.Keys, "sharding_key": r.ShardingKey,
 			"bucket": r.Bucket, "body": r.Body, "properties": r.Properties, "status": r.Status, "attempts": r.Attempts,
-			"next_attempt_at": gorm.Expr(dbClock), "last_error": r.LastError,
+			"next_attempt_at": gorm.Expr(r.dueExpr()), "last_error": r.LastError,
 			"created_at": gorm.Expr(dbClock), "updated_at": gorm.Expr(dbClock), "sent_at": r.SentAt,
+		}
+		if delayed {
+			values[i]["deliver_at"] = gorm.Expr(r.deliverAtExpr())
 		}
 	}
 	return tx.WithContext(ctx).Table(o.cfg.Table).Create(&values).Error
@@ -222,10 +244,10 @@ const dbClock = "UTC_TIMESTAMP(6)"
 
 // literalInsert is chunk's INSERT with every value a literal; fits is
 // false when it would exceed store.MaxLiteralBytes.
-func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row) (q string, fits bool) {
+func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row, delayed bool) (q string, fits bool) {
 	size := 256
 	for _, r := range chunk {
-		size += 2*(len(r.MsgID)+len(r.Topic)+len(r.Tag)+len(r.Keys)+len(r.ShardingKey)+len(r.Body)+len(r.Properties)+len(r.Status)+len(r.LastError)) + 160
+		size += 2*(len(r.MsgID)+len(r.Topic)+len(r.Tag)+len(r.Keys)+len(r.ShardingKey)+len(r.Body)+len(r.Properties)+len(r.Status)+len(r.LastError)) + 240
 	}
 	if size > store.MaxLiteralBytes {
 		return "", false
@@ -234,7 +256,11 @@ func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row) (q string, fits
 	b = append(b, "INSERT INTO `"...)
 	b = append(b, o.cfg.Table...)
 	b = append(b, "` (`msg_id`,`topic`,`tag`,`keys`,`sharding_key`,`bucket`,`body`,`properties`,`status`,`attempts`,"+
-		"`next_attempt_at`,`last_error`,`created_at`,`updated_at`,`sent_at`) VALUES "...)
+		"`next_attempt_at`,`last_error`,`created_at`,`updated_at`,`sent_at`"...)
+	if delayed {
+		b = append(b, ",`deliver_at`"...)
+	}
+	b = append(b, ") VALUES "...)
 	for i, r := range chunk {
 		if i > 0 {
 			b = append(b, ',')
@@ -260,7 +286,7 @@ func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row) (q string, fits
 		b = append(b, ',')
 		b = lit.Int(b, int64(r.Attempts))
 		b = append(b, ',')
-		b = append(b, dbClock...)
+		b = append(b, r.dueExpr()...)
 		b = append(b, ',')
 		b = lit.String(b, r.LastError)
 		b = append(b, ',')
@@ -272,6 +298,10 @@ func (o *Outbox) literalInsert(lit store.Literals, chunk []*Row) (q string, fits
 			b = lit.Time(b, *r.SentAt)
 		} else {
 			b = append(b, "NULL"...)
+		}
+		if delayed {
+			b = append(b, ',')
+			b = append(b, r.deliverAtExpr()...)
 		}
 		b = append(b, ')')
 	}

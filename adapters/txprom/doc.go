@@ -43,6 +43,7 @@
 //	txmsg_relay_broker_unavailable{relay,table}         gauge     1 after a relay publish failed for the broker's sake, 0 after one went through
 //	txmsg_consumer_messages_total{group,topic,result}   counter   messages a consumer decided about (handled|duplicate|parked|error)
 //	txmsg_consumer_handle_seconds{group,topic}          histogram decode + dedupe + handler + commit
+//	txmsg_consumer_lateness_seconds{group,topic}        histogram how long after its due time a delayed message was received (handled ones)
 //
 // [WatchCheckBackCache], per transactional producer group:
 //

@@ -135,6 +135,7 @@ type Metrics struct {
 	relayBrokerDown  *prom.GaugeVec
 	consumed         *prom.CounterVec
 	consumeSeconds   *prom.HistogramVec
+	lateness         *prom.HistogramVec
 
 	cacheLookups   *prom.Desc
 	cacheEvictions *prom.Desc
@@ -192,6 +193,9 @@ func New(cfg Config) *Metrics {
 		consumed: counter("consumer_messages_total",
 			"Messages a consumer decided about, by group, topic and result (handled, duplicate, parked, error).", "group", "topic", "result"),
 		consumeSeconds: histogram("consumer_handle_seconds", "Time to decode, dedupe and handle one message and commit, in seconds.", cfg.Buckets, "group", "topic"),
+		lateness: histogram("consumer_lateness_seconds",
+			"How long after its due time a delayed message (txmsg.WithDelay) reached the consumer, in seconds, for the messages handled.",
+			latenessBuckets, "group", "topic"),
 		cacheLookups: prom.NewDesc("txmsg_checkback_cache_lookups_total",
 			"Check-backs looked up in the transactional producer's outcome cache, by producer group and result (hit, miss).",
 			[]string{"group", "result"}, cfg.ConstLabels),
@@ -276,6 +280,7 @@ func (m *Metrics) AddConsumer(group string, topics ...string) {
 			m.consumed.WithLabelValues(group, topic, r)
 		}
 		m.consumeSeconds.WithLabelValues(group, topic)
+		m.lateness.WithLabelValues(group, topic)
 	}
 }
 
@@ -318,7 +323,7 @@ func (m *Metrics) collectors() []prom.Collector {
 	return []prom.Collector{
 		m.halfSends, m.halfSendSeconds, m.localTx, m.localTxSeconds, m.invalidSends, m.checkBacks, m.checkBackSeconds, m.held,
 		m.relayBatches, m.relayMessages, m.relayBatchSize, m.relayPublish, m.relayUnavailable, m.relayBrokerDown,
-		m.consumed, m.consumeSeconds,
+		m.consumed, m.consumeSeconds, m.lateness,
 	}
 }
 
@@ -433,4 +438,12 @@ func (m *Metrics) OnConsumed(_ context.Context, group string, r *txmsg.Received,
 	}
 	m.consumed.WithLabelValues(group, topic, result).Inc()
 	m.consumeSeconds.WithLabelValues(group, topic).Observe(took.Seconds())
+	if result == ResultHandled && !r.DueAt.IsZero() {
+		m.lateness.WithLabelValues(group, topic).Observe(max(r.Lateness(), 0).Seconds())
+	}
 }
+
+// latenessBuckets are the buckets of txmsg_consumer_lateness_seconds: a
+// delayed message normally arrives within a second or two of its due
+// time; minutes mean a relay, forwarder or consumer was behind or down.
+var latenessBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800}

@@ -387,3 +387,21 @@ func TestOutboxCollectorReportsQueryFailure(t *testing.T) {
 	_, err = txprom.NewOutboxCollector[txprom.OutboxStats](nil, txprom.OutboxConfig{})
 	require.Error(t, err)
 }
+
+// TestLatenessMetric: a handled delayed message observes how long after
+// its due time it was received; other messages and outcomes do not.
+func TestLatenessMetric(t *testing.T) {
+	t.Parallel()
+	m := txprom.New(txprom.Config{})
+	reg := prom.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	due := time.Now().Add(-1500 * time.Millisecond)
+	delayed := &txmsg.Received{Message: &txmsg.Message{Topic: "t"}, DueAt: due, ReceivedAt: due.Add(1500 * time.Millisecond)}
+	plain := &txmsg.Received{Message: &txmsg.Message{Topic: "t"}, ReceivedAt: time.Now()}
+	m.OnConsumed(context.Background(), "g", delayed, txmsg.OutcomeHandled, nil, time.Millisecond)
+	m.OnConsumed(context.Background(), "g", delayed, txmsg.OutcomeDuplicate, nil, time.Millisecond)
+	m.OnConsumed(context.Background(), "g", plain, txmsg.OutcomeHandled, nil, time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "txmsg_consumer_lateness_seconds", "group", "g", "topic", "t"))
+	require.Equal(t, 1500*time.Millisecond, delayed.Lateness())
+	require.Zero(t, plain.Lateness())
+}

@@ -14,6 +14,9 @@
 //     database could not answer;
 //   - [Publisher], a plain producer implementing [txmsg.Publisher], used by
 //     the outbox relay (package adapters/outbox) and by the sweeper;
+//   - [Forwarder], which sends the delayed messages of [Transactional]
+//     (txmsg.WithDelay) on to their topics when they are due, since the
+//     broker does not delay half messages;
 //   - [Consumer], a push consumer that runs [txmsg.Route]s through a
 //     [txmsg.Inbox], so each event's handler commits at most once per
 //     consumer group.

@@ -22,6 +22,9 @@ func toPrimitive(m *txmsg.Message) *primitive.Message {
 	}
 	pm.WithProperty(txmsg.PropertyID, m.ID)
 	pm.WithProperty(txmsg.PropertyTopic, m.Topic)
+	if !m.DeliverAt.IsZero() {
+		pm.WithProperty(txmsg.PropertyDeliverAt, txmsg.FormatDeliverAt(m.DeliverAt))
+	}
 	if m.ShardingKey != "" {
 		pm.WithShardingKey(m.ShardingKey)
 		pm.WithProperty(txmsg.PropertyShardingKey, m.ShardingKey)

@@ -294,7 +294,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	errs := make([]error, len(msgs))
 	failed := 0
 	for i, m := range msgs {
-		if err := m.Validate(p.cfg.MaxBodySize); err != nil {
+		err := m.Validate(p.cfg.MaxBodySize)
+		if err == nil && m.Delay > 0 {
+			err = fmt.Errorf("%w: a Publisher sends at once; send a delayed message through a Transactor (outbox or Transactional)", txmsg.ErrInvalidMessage)
+		}
+		if err != nil {
 			errs[i] = err
 			failed++
 			continue
@@ -577,4 +581,24 @@ func (p *Publisher) newReconnector() *reconnector {
 // It may be called before Start.
 func (p *Publisher) NotifyBrokerReturn() (returned <-chan struct{}, stop func()) {
 	return p.returns.subscribe()
+}
+
+// sendOne sends one message the caller built, such as a [Forwarder]'s
+// message with the broker's delay properties, with Publish's error
+// classes.
+func (p *Publisher) sendOne(ctx context.Context, pm *primitive.Message) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.wg.Done()
+	p.rc.watch(p.cfg.brokerTopic(pm.Topic))
+	res, err := p.prod.SendSync(ctx, pm)
+	if err != nil {
+		p.rc.kick()
+		return fmt.Errorf("send to %s: %w", pm.Topic, classifySendError(err))
+	}
+	if res.Status != primitive.SendOK {
+		return fmt.Errorf("%w: send to %s: broker answered status %d", txmsg.ErrUnavailable, pm.Topic, res.Status)
+	}
+	return nil
 }

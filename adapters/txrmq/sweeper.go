@@ -546,7 +546,7 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 	}
 	m := fromExt(ext).Message
 	m.ID, m.Topic = id, realTopic
-	if err := s.pub.Publish(ctx, m); err != nil {
+	if err := s.republish(ctx, ext, m); err != nil {
 		s.counts.Failed()
 		log.Warn("discarded half message was committed; republishing failed, will retry", "err", err)
 		if txmsg.IsUnavailable(err) {
@@ -557,6 +557,24 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 	s.counts.Swept()
 	log.Info("discarded half message was committed; republished it")
 	return swept
+}
+
+// republish sends a committed discarded half message where it belongs: a
+// delayed one that is not due yet back to the delay topic it was sent to
+// (its broker REAL_TOPIC), for a Forwarder to send on when due, when pub
+// is a [*Publisher]; any other to its topic now.
+func (s *Sweeper) republish(ctx context.Context, ext *primitive.MessageExt, m *txmsg.Message) error {
+	delayTopic := ext.GetProperty(primitive.PropertyRealTopic)
+	if m.DeliverAt.After(time.Now()) && delayTopic != "" && delayTopic != m.Topic {
+		if p, ok := s.pub.(*Publisher); ok {
+			pm := toPrimitive(m)
+			pm.Topic = delayTopic
+			return p.sendOne(ctx, pm)
+		}
+		s.log.Warn("discarded delayed half message republished before its due time: the sweeper's publisher is not a txrmq.Publisher",
+			"txmsg_id", m.ID, "due", m.DeliverAt)
+	}
+	return s.pub.Publish(ctx, m)
 }
 
 // hold keeps a half message whose outcome the barrier can no longer tell:

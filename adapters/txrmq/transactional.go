@@ -62,6 +62,12 @@ type TransactionalConfig struct {
 	// 160 bytes with a UUIDv7 ID (16 MB at the default size). See
 	// [Transactional] for what the cache answers.
 	CheckBackCacheSize int
+	// DelayTopic is where the half messages of delayed messages
+	// (txmsg.WithDelay) go, since the broker does not delay half
+	// messages; a [Forwarder] consuming it sends them on when due.
+	// Default [DefaultDelayTopic]. Create the topic before sending
+	// delayed messages.
+	DelayTopic string
 	// CheckBackCacheAge is how long an outcome stays in the cache.
 	// Default [DefaultCheckBackCacheAge] (5 minutes), or the checker's
 	// CheckWindow when that is shorter; it may not exceed the checker's
@@ -86,6 +92,9 @@ func (c TransactionalConfig) WithDefaults() TransactionalConfig {
 		c.CheckBackCacheSize = DefaultCheckBackCacheSize
 	}
 	c.Heartbeat = c.Heartbeat.WithDefaults()
+	if c.DelayTopic == "" {
+		c.DelayTopic = DefaultDelayTopic
+	}
 	return c
 }
 
@@ -98,6 +107,9 @@ func (c TransactionalConfig) Validate() error {
 	}
 	if err := validateProducer(what, c.SendTimeout, c.Retries, c.MaxBodySize, c.Hooks, c.Topics); err != nil {
 		return err
+	}
+	if err := txmsg.ValidateTopic(c.DelayTopic); err != nil {
+		return fmt.Errorf("%w: %s: DelayTopic: %w", txmsg.ErrInvalidConfig, what, err)
 	}
 	if err := validateCheckBackLimits(what, c.CheckBackWorkers, c.CheckBackQueue); err != nil {
 		return err
@@ -318,6 +330,12 @@ func (t *Transactional) enter() error {
 // barrier row already existed and could not be read (this local
 // transaction rolled back; an earlier one with the ID may have committed).
 //
+// A delayed message (txmsg.WithDelay, txmsg.WithDeliverAt) goes the same
+// way, but its half message is sent to DelayTopic with its topic and due
+// time; once committed, a [Forwarder] sends it on when due. A delay that
+// is not valid at the start fails with txmsg.ErrInvalidMessage before
+// anything is sent.
+//
 // The local transaction is a new one on the producer's db, never one the
 // caller holds: do not call Transact inside an open gorm transaction (see
 // the txmsg package documentation).
@@ -329,6 +347,11 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 		driver.BeforeSend(t.cfg.Hooks, ctx, msg)
 	}
 	if err := msg.Validate(t.cfg.MaxBodySize); err != nil {
+		driver.InvalidSend(t.cfg.Hooks, ctx, msg, err)
+		return nil, err
+	}
+	due, delayed, err := msg.Due(time.Now())
+	if err != nil {
 		driver.InvalidSend(t.cfg.Hooks, ctx, msg, err)
 		return nil, err
 	}
@@ -348,11 +371,21 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 	}
 	defer t.calls.Delete(msg.ID)
 
-	res, err := t.prod.SendMessageInTransaction(ctx, toPrimitive(msg))
+	half := toPrimitive(msg)
+	if delayed {
+		// The broker applies a delay or timer property of a half message
+		// to the half message itself, which then loses its topic
+		// (docs/design.md, "Delayed messages"): the half message goes to
+		// the delay topic instead, with its topic (PropertyTopic) and due
+		// time, and the Forwarder sends it on.
+		half.Topic = t.cfg.DelayTopic
+		half.WithProperty(txmsg.PropertyDeliverAt, txmsg.FormatDeliverAt(due))
+	}
+	res, err := t.prod.SendMessageInTransaction(ctx, half)
 	if err != nil {
 		t.rc.kick()
 		driver.HalfSent(t.cfg.Hooks, ctx, msg, err, time.Since(c.start))
-		return nil, fmt.Errorf("rocketmq: send half message to %s: %w", msg.Topic, err)
+		return nil, fmt.Errorf("rocketmq: send half message to %s: %w", half.Topic, err)
 	}
 	receipt := &txmsg.Receipt{ID: msg.ID, State: c.state}
 	if res.SendResult != nil {

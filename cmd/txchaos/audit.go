@@ -28,6 +28,9 @@ type storedMsg struct {
 	// Group is the producer group that sent this copy, when the broker
 	// says (transactional messages carry it).
 	Group string
+	// Delayed: the copy carries a due time (txmsg.WithDelay); in
+	// transactional mode the forwarder sent it, with no producer group.
+	Delayed bool
 }
 
 type queueRef struct {
@@ -78,6 +81,7 @@ func auditTopics(ctx context.Context, nameServer, group string, topics []string,
 				seen[ref][m.QueueOffset] = storedMsg{
 					ID: m.GetProperty(txmsg.PropertyID), Key: m.GetProperty(txmsg.PropertyShardingKey), Seq: evt.Seq,
 					Queue: m.Queue.QueueId, Broker: m.Queue.BrokerName, Offset: m.QueueOffset, Group: m.GetProperty(primitive.PropertyProducerGroup),
+					Delayed: m.GetProperty(txmsg.PropertyDeliverAt) != "",
 				}
 				if v, err := strconv.ParseInt(m.GetProperty(primitive.PropertyMaxOffset), 10, 64); err == nil && v > maxOff[ref] {
 					maxOff[ref] = v

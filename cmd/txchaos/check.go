@@ -207,7 +207,9 @@ func evaluate(s *snapshot) *verdict {
 	if s.TxGroup != "" {
 		viaCommit := map[string]bool{}
 		for _, m := range s.Stored[modeTx] {
-			if m.Group == s.TxGroup {
+			// A delayed event reaches the topic through the forwarder,
+			// after its half message committed in the delay topic.
+			if m.Group == s.TxGroup || m.Delayed {
 				viaCommit[m.ID] = true
 			}
 		}

@@ -62,6 +62,11 @@ type childSpec struct {
 	Keys          int     `json:"keys"`
 	Rate          float64 `json:"rate"`
 	RollbackRatio float64 `json:"rollback_ratio"`
+	// DelayRatio is the share of a producer's transactions sent with a
+	// delay; DelayTopic is the transactional mode's delay topic, which the
+	// producer sends to and the sweeper's process forwards from.
+	DelayRatio float64 `json:"delay_ratio"`
+	DelayTopic string  `json:"delay_topic"`
 }
 
 func childMain(raw string) int {

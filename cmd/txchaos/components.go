@@ -209,7 +209,7 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 
 // runSweeper runs the background part of a transactional stack: the
 // sweeper, in the group the stack derives from the producer group, and its
-// publisher.
+// publisher, and the forwarder of delayed events.
 func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 	db, err := openDB(spec.DSN, 8)
 	if err != nil {
@@ -222,7 +222,8 @@ func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 			Parts:  stack.PartBackground,
 			Logger: log,
 		},
-		Sweeper: txrmq.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
+		Sweeper:  txrmq.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
+		Producer: txrmq.TransactionalConfig{DelayTopic: spec.DelayTopic},
 	})
 	if err != nil {
 		return err

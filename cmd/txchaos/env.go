@@ -132,7 +132,8 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		r.topics[m] = name
 	}
-	return nil
+	r.delayTopic = "chaos_" + r.runID + "_delayed"
+	return r.createTopic(ctx, r.delayTopic)
 }
 
 func (r *runner) createTopic(ctx context.Context, name string) error {
@@ -154,6 +155,9 @@ func (r *runner) teardown(keep bool) {
 	if !keep {
 		for _, t := range r.topics {
 			_ = testbed.DeleteTopicOn(ctx, r.cfg.NameServer, r.brokerAddrs(), t)
+		}
+		if r.delayTopic != "" {
+			_ = testbed.DeleteTopicOn(ctx, r.cfg.NameServer, r.brokerAddrs(), r.delayTopic)
 		}
 	}
 	if r.adminDB != nil {

@@ -101,6 +101,9 @@ type config struct {
 	// name, as in a StatefulSet).
 	RelayNames    string
 	RollbackRatio float64
+	// DelayRatio is the share of transactions sent with txmsg.WithDelay
+	// (0.5 to 3 s), in both modes.
+	DelayRatio float64
 	// NoSweeper leaves the sweeper out, to show what it closes.
 	NoSweeper bool
 
@@ -128,6 +131,7 @@ func defaultConfig() config {
 		Relays:          2,
 		RelayNames:      relayNamesUnique,
 		RollbackRatio:   0.1,
+		DelayRatio:      0.1,
 		Gap:             1500 * time.Millisecond,
 		RecoveryTimeout: 60 * time.Second,
 		Drain:           3 * time.Minute,
@@ -157,6 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.Relays, "relays", cfg.Relays, "ordered relay processes")
 	fs.StringVar(&cfg.RelayNames, "relay-names", cfg.RelayNames, "relay names: unique (new name per process, like the library's default) or stable (kept across restarts)")
 	fs.Float64Var(&cfg.RollbackRatio, "rollback", cfg.RollbackRatio, "share of transactions whose business logic fails")
+	fs.Float64Var(&cfg.DelayRatio, "delayed", cfg.DelayRatio, "share of transactions sent with a delay of 0.5 to 3 s (txmsg.WithDelay)")
 	fs.DurationVar(&cfg.Gap, "gap", cfg.Gap, "longest quiet time between a recovery and the next fault")
 	fs.DurationVar(&cfg.RecoveryTimeout, "recovery-timeout", cfg.RecoveryTimeout, "longest wait for recovery after a fault")
 	fs.DurationVar(&cfg.Drain, "drain", cfg.Drain, "deadline for pending work to drain after the faults")

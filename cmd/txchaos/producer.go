@@ -75,7 +75,7 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	var st *stack.Stack
 	switch spec.Mode {
 	case modeTx:
-		st, err = stack.Transactional(db, stack.TransactionalConfig{Config: sc})
+		st, err = stack.Transactional(db, stack.TransactionalConfig{Config: sc, Producer: txrmq.TransactionalConfig{DelayTopic: spec.DelayTopic}})
 	case modeOutbox:
 		st, err = stack.Outbox(db, stack.OutboxConfig{Config: sc})
 	default:
@@ -147,6 +147,10 @@ func (w *worker) attempt(ctx context.Context) {
 	evt := orderEvent{Mode: w.spec.Mode, Key: key, Seq: w.seq[key], Qty: 1 + rand.IntN(5), CreatedAt: now.UnixMicro()}
 	id := txmsg.NewID()
 	fail := rand.Float64() < w.spec.RollbackRatio
+	opts := []txmsg.SendOption{txmsg.WithID(id), txmsg.WithShardingKey(key), txmsg.WithKeys(key)}
+	if rand.Float64() < w.spec.DelayRatio {
+		opts = append(opts, txmsg.WithDelay(500*time.Millisecond+rand.N(2500*time.Millisecond)))
+	}
 	err := w.alog.write(attemptRecord{Ev: evTry, ID: id, Mode: w.spec.Mode, Key: key, Seq: evt.Seq, Rollback: fail, T: now.UnixMicro()})
 	if err != nil {
 		w.log.Error("cannot record the attempt; not attempting", "err", err)
@@ -164,7 +168,7 @@ func (w *worker) attempt(ctx context.Context) {
 			return errBusiness
 		}
 		return nil
-	}, txmsg.WithID(id), txmsg.WithShardingKey(key), txmsg.WithKeys(key))
+	}, opts...)
 	rec := attemptRecord{Ev: evEnd, ID: id, Outcome: outcomeOf(receipt, err), T: time.Now().UTC().UnixMicro()}
 	if err != nil {
 		rec.Err = err.Error()

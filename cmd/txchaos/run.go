@@ -44,6 +44,9 @@ type runner struct {
 	dbName  string
 	dsn     string
 	topics  map[string]string // mode → topic
+	// delayTopic is where delayed transactional events wait for the
+	// forwarder.
+	delayTopic string
 	// rmq runs the broker faults (Infra only).
 	rmq *rmqproc.Instance
 
@@ -207,6 +210,12 @@ func (r *runner) startProcs(ctx context.Context) {
 		AttemptDir:    r.attemptDir,
 		StableName:    r.cfg.RelayNames == relayNamesStable,
 		Workers:       r.cfg.Workers, Keys: r.cfg.Keys, Rate: r.cfg.Rate, RollbackRatio: r.cfg.RollbackRatio,
+		DelayTopic: r.delayTopic,
+	}
+	if !r.cfg.NoSweeper {
+		// The forwarder of delayed transactional events runs in the
+		// sweeper's process.
+		base.DelayRatio = r.cfg.DelayRatio
 	}
 	with := func(role, mode string) childSpec {
 		s := base

@@ -16,7 +16,8 @@ import (
 // Received converts a consumed message to txmsg's envelope: the txmsg ID,
 // the real topic (not the retry topic a redelivery comes from), tag, keys
 // other than the ID, sharding key, body and user properties, with the
-// broker's message ID, the attempt and when the message was born. The
+// broker's message ID, the attempt, when the message was born, when it
+// was due (a delayed message) and when it was received. The
 // dedupe key (Message.ID) is the txmsg ID when present, else the
 // client's unique message ID, which stays the same across redeliveries.
 func Received(ext *primitive.MessageExt) *txmsg.Received {
@@ -54,6 +55,11 @@ func Received(ext *primitive.MessageExt) *txmsg.Received {
 		Message:         m,
 		BrokerMessageID: ext.MsgId,
 		Attempt:         int(ext.ReconsumeTimes) + 1,
+		ReceivedAt:      time.Now(),
+	}
+	if due, ok := txmsg.ParseDeliverAt(props[txmsg.PropertyDeliverAt]); ok {
+		r.DueAt = due
+		m.DeliverAt = due
 	}
 	if ext.BornTimestamp > 0 {
 		r.BornAt = time.UnixMilli(ext.BornTimestamp)
