@@ -312,12 +312,15 @@ func (b *bench) runB5(ctx context.Context) error {
 		for clock.outstanding() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if n := clock.outstanding(); n > 0 {
+		if n := clock.outstanding(); n > 0 && !isWarmUp(label) {
 			missing += n
 			res.errs += int64(n)
 		}
 		got := clock.take()
-		stages = append(stages, got...)
+		if !isWarmUp(label) {
+			stages = append(stages, got...)
+			late += res.late
+		}
 		res.lat = res.lat[:0]
 		for _, s := range got {
 			res.lat = append(res.lat, s.total)
@@ -325,8 +328,7 @@ func (b *bench) runB5(ctx context.Context) error {
 		// The rate is the acknowledged commits', as a ratio of latencies
 		// needs the rate only to be held.
 		res.ops = int64(len(got))
-		late += res.late
-		if len(got) == 0 {
+		if len(got) == 0 && !isWarmUp(label) {
 			return res.loadResult, fmt.Errorf("no commit was acknowledged (failed %d, first error %v)", res.errs, res.firstEr)
 		}
 		return res.loadResult, ctx.Err()
@@ -345,6 +347,9 @@ func (b *bench) runB5(ctx context.Context) error {
 			err = sendRaw(ctx, raw, m)
 			return time.Since(t0), true, err
 		})
+		if isWarmUp(label) {
+			return res.loadResult, ctx.Err()
+		}
 		late += res.late
 		if res.ops == 0 {
 			return res.loadResult, fmt.Errorf("no raw send succeeded: %v", res.firstEr)

@@ -58,6 +58,12 @@ func (s spread) noisy() bool {
 	return s.Min < (1-noiseBand)*s.Median || s.Max > (1+noiseBand)*s.Median
 }
 
+// warmUpLabel ends the label of a side's unmeasured warm-up trial, whose
+// result interleave discards.
+const warmUpLabel = " warm-up"
+
+func isWarmUp(label string) bool { return strings.HasSuffix(label, warmUpLabel) }
+
 // side is one phase of an interleaved group.
 type side struct {
 	name string // the table's phase name, "B0"
@@ -98,7 +104,7 @@ func (b *bench) interleave(ctx context.Context, group string, sides []side, d ti
 		(time.Duration(len(sides))*(b.cfg.Warmup/2) + time.Duration(rounds*len(sides))*per).Round(time.Second))
 	if warm := b.cfg.Warmup / 2; warm > 0 {
 		for _, s := range sides {
-			if _, err := s.trial(ctx, s.name+" warm-up", warm, time.Millisecond); err != nil && ctx.Err() != nil {
+			if _, err := s.trial(ctx, s.name+warmUpLabel, warm, time.Millisecond); err != nil && ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 		}
