@@ -145,7 +145,11 @@ func (b *bench) runBusiness(ctx context.Context, w workload) error {
 		closers = append(closers, closeFn)
 		sides = append(sides, b.closedSide(strings.ToUpper(id), b.cfg.Workers, fn))
 	}
-	runs, err := b.interleave(ctx, "business"+w.suffix, sides, b.cfg.Trial)
+	group := "business"
+	if w.suffix != "" {
+		group += "-" + w.suffix
+	}
+	runs, err := b.interleave(ctx, group, sides, b.cfg.Trial)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 func TestSmoke(t *testing.T) {
 	testbed.RequireBroker(t)
 	testbed.DB(t) // skips or fails, like every service test, when the database is down
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var stdout bytes.Buffer
 	err := run(ctx, []string{"-smoke", "-json"}, &stdout, testbed.LogWriter(t))
