@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -196,4 +197,26 @@ func TestTailStages(t *testing.T) {
 	require.True(t, r.split)
 	require.Zero(t, r.parts[0])
 	require.InDelta(t, 0.5, ms(r.parts[1]), 1e-6)
+}
+
+// TestInterleaveAlternates: every side is warmed up once, then each round
+// runs one trial of every side, in order and then in reverse.
+func TestInterleaveAlternates(t *testing.T) {
+	t.Parallel()
+	b := &bench{cfg: &config{Trials: minRounds, Warmup: 2 * time.Millisecond}, progress: newProgress(io.Discard), res: newResults()}
+	var order []string
+	mk := func(name string) side {
+		return side{name: name, trial: func(_ context.Context, label string, _, _ time.Duration) (loadResult, error) {
+			if isWarmUp(label) {
+				order = append(order, strings.ToLower(name))
+			} else {
+				order = append(order, name)
+			}
+			return loadResult{ops: 10, elapsed: time.Second}, nil
+		}}
+	}
+	runs, err := b.interleave(context.Background(), "t", []side{mk("A"), mk("B"), mk("C")}, time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, strings.Split("a b c A B C C B A A B C C B A A B C", " "), order)
+	require.Len(t, runs["A"], minRounds, "warm-ups are not kept")
 }
