@@ -13,8 +13,9 @@ import (
 // the other compares two different minutes of a machine whose speed drifts
 // by more than the ratios are meant to judge. So every compared phase (a
 // side) runs as short trials, and a round runs one trial of every side of
-// its group back to back (forward in even rounds, backward in odd ones, so
-// that no side always runs first). Each ratio is taken per round, from
+// its group back to back (the first round in order, the second in
+// reverse, and so on, so that no side always runs first or always before
+// its partner). Each ratio is taken per round, from
 // trials seconds apart, and reported as the median over the rounds with
 // its range; a range wider than ±noiseBand of the median marks the figure
 // noisy, neither met nor missed.
