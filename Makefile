@@ -204,8 +204,9 @@ demo: services-up
 	$(GO) build -o $(DEMO_BIN) ./examples/orderservice
 	$(GO) run ./examples/orderservice/cmd/demo -service $(DEMO_BIN) -mode $(MODE) $(DEMO_FLAGS)
 
-## bench: cmd/txbench side by side with the naive way and the raw client on the real services (about 5 min;
-## BENCH_FLAGS=-json for one JSON object), then the in-process micro-benchmarks. See docs/benchmarks.md.
+## bench: cmd/txbench side by side with the naive way, the raw client and the physical limits, in interleaved
+## trials, on the real services (about 6-7 min; BENCH_FLAGS=-json for one JSON object), then the in-process
+## micro-benchmarks. See docs/benchmarks.md.
 BENCH_BIN := .cache/bench/txbench
 bench: services-up
 	$(GO) build -o $(BENCH_BIN) ./cmd/txbench

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,14 +31,10 @@ type bench struct {
 
 func (b *bench) phase(ctx context.Context, p string) error {
 	switch p {
-	case "b0", "b0r":
-		return b.runB0(ctx, b.workload(p))
-	case "b1", "b1r":
-		return b.runB1(ctx, b.workload(p))
-	case "b2", "b2r":
-		return b.runB2(ctx, b.workload(p))
-	case "b3", "b3r":
-		return b.runB3(ctx, b.workload(p))
+	case "business":
+		return b.runBusiness(ctx, b.workload(""))
+	case "business-r":
+		return b.runBusiness(ctx, b.workload("r"))
 	case "b4":
 		return b.runB4(ctx)
 	case "b5":
@@ -94,10 +91,6 @@ func (b *bench) ordersTable(ctx context.Context) error {
 	return b.env.db.WithContext(ctx).AutoMigrate(&order{})
 }
 
-func (b *bench) businessSpec(name string) loadSpec {
-	return loadSpec{name: name, workers: b.cfg.Workers, warmup: b.cfg.Warmup, duration: b.cfg.Duration, count: b.cfg.Count}
-}
-
 // workload is the business transaction of a phase: the minimal one (B0-B3,
 // one INSERT) or the realistic one (B0r-B3r, five statements).
 type workload struct {
@@ -106,9 +99,10 @@ type workload struct {
 	write  func(o *order) func(ctx context.Context, tx *gorm.DB) error
 }
 
-// workload returns the business transaction of phase p ("b0" ... "b3r").
-func (b *bench) workload(p string) workload {
-	if strings.HasSuffix(p, "r") {
+// workload returns the business transaction of the phases with suffix
+// ("" or "r").
+func (b *bench) workload(suffix string) workload {
+	if suffix == "r" {
 		return workload{suffix: "r", tables: b.realisticTables, write: realisticWrite}
 	}
 	return workload{tables: b.ordersTable, write: minimalWrite}
@@ -122,21 +116,75 @@ func minimalWrite(o *order) func(ctx context.Context, tx *gorm.DB) error {
 // phase names phase base ("B0") with w's suffix: "B0" or "B0r".
 func (w workload) phase(base string) string { return base + w.suffix }
 
-// runB0: the business transaction alone.
-func (b *bench) runB0(ctx context.Context, w workload) error {
+// businessBases are the business phases of a group, without suffix.
+var businessBases = []string{"b0", "b1", "b2", "b3", "f2", "f3"}
+
+// runBusiness runs the enabled business phases of w as one interleaved
+// group: B0-B3 and the floors F2 and F3, each side's producer, table and
+// pool set up once and shared by its trials.
+func (b *bench) runBusiness(ctx context.Context, w workload) error {
 	if err := w.tables(ctx); err != nil {
 		return err
 	}
-	db := b.env.db
-	res, err := closedLoop(ctx, b.progress, b.businessSpec(w.phase("B0")), func(ctx context.Context, seq int64) error {
-		o, _ := newOrder(seq)
-		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(o)(ctx, tx) })
-	})
+	var sides []side
+	var closers []func()
+	defer func() {
+		for _, c := range slices.Backward(closers) {
+			c()
+		}
+	}()
+	for _, base := range businessBases {
+		id := base + w.suffix
+		if !b.cfg.enabled(id) {
+			continue
+		}
+		fn, closeFn, err := b.businessOp(ctx, w, base, id)
+		if err != nil {
+			return fmt.Errorf("%s: %w", strings.ToUpper(id), err)
+		}
+		closers = append(closers, closeFn)
+		sides = append(sides, b.closedSide(strings.ToUpper(id), b.cfg.Workers, fn))
+	}
+	group := "business"
+	if w.suffix != "" {
+		group += "-" + w.suffix
+	}
+	runs, err := b.interleave(ctx, group, sides, b.cfg.Trial)
 	if err != nil {
 		return err
 	}
-	b.res.load(strings.ToLower(w.phase("b0")), res)
+	b.res.business(runs, w.suffix)
 	return nil
+}
+
+// businessOp sets up phase base of workload w (id is base with w's
+// suffix) and returns its operation and what closes it.
+func (b *bench) businessOp(ctx context.Context, w workload, base, id string) (op, func(), error) {
+	nop := func() {}
+	switch base {
+	case "b0":
+		return b.opB0(w), nop, nil
+	case "b1":
+		return b.opB1(ctx, w, id)
+	case "b2":
+		return b.opB2(ctx, w, id)
+	case "b3":
+		return b.opB3(ctx, w, id)
+	case "f2":
+		return b.opF2(ctx, w, id)
+	case "f3":
+		return b.opF3(ctx, w, id)
+	}
+	return nil, nop, fmt.Errorf("unknown business phase %q", base)
+}
+
+// opB0: the business transaction alone.
+func (b *bench) opB0(w workload) op {
+	db := b.env.db
+	return func(ctx context.Context, seq int64) error {
+		o, _ := newOrder(seq)
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(o)(ctx, tx) })
+	}
 }
 
 // rawProducer starts a plain rocketmq-client-go producer with the client's
@@ -169,25 +217,20 @@ func sendRaw(ctx context.Context, p rmq.Producer, m *primitive.Message) error {
 	return nil
 }
 
-// runB1: the naive, unsafe way: commit, then send with the raw client. A
+// opB1: the naive, unsafe way: commit, then send with the raw client. A
 // crash between the two loses the event; the phase measures what that
 // shortcut costs, as the baseline of B2.
-func (b *bench) runB1(ctx context.Context, w workload) error {
-	if err := w.tables(ctx); err != nil {
-		return err
-	}
-	id := strings.ToLower(w.phase("b1"))
+func (b *bench) opB1(ctx context.Context, w workload, id string) (op, func(), error) {
 	topic, err := b.env.topic(ctx, id)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	p, err := b.rawProducer(id)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer func() { _ = p.Shutdown() }()
 	db := b.env.db
-	res, err := closedLoop(ctx, b.progress, b.businessSpec(w.phase("B1")), func(ctx context.Context, seq int64) error {
+	fn := func(ctx context.Context, seq int64) error {
 		o, evt := newOrder(seq)
 		if err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(o)(ctx, tx) }); err != nil {
 			return err
@@ -199,82 +242,74 @@ func (b *bench) runB1(ctx context.Context, w workload) error {
 		m := primitive.NewMessage(topic, body)
 		m.WithKeys([]string{o.OrderNo})
 		return sendRaw(ctx, p, m)
-	})
-	if err != nil {
-		return err
 	}
-	b.res.load(id, res)
-	return nil
+	return fn, func() { _ = p.Shutdown() }, nil
 }
 
-// runB2: txmsg's transactional mode: half message, local transaction with
+// opB2: txmsg's transactional mode: half message, local transaction with
 // the barrier row and the business write, END_TRANSACTION.
-func (b *bench) runB2(ctx context.Context, w workload) error {
-	if err := w.tables(ctx); err != nil {
-		return err
-	}
-	id := strings.ToLower(w.phase("b2"))
+func (b *bench) opB2(ctx context.Context, w workload, id string) (op, func(), error) {
 	topic, err := b.env.topic(ctx, id)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	chk, err := checker.New(b.env.db, checker.Config{Logger: b.log})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := chk.Migrate(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
 	tr, err := txrmq.NewTransactional(b.env.db, chk, txrmq.TransactionalConfig{
 		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group(id),
 		Topics: []string{topic},
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := tr.Start(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer func() { _ = tr.Close(context.WithoutCancel(ctx)) }()
-	return b.sendOrders(ctx, w, "B2", tr, topic)
+	closeFn := func() { _ = tr.Close(context.WithoutCancel(ctx)) }
+	fn, err := sendOrders(w, tr, topic)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return fn, closeFn, nil
 }
 
-// sendOrders runs one business phase through a Transactor: each operation
-// runs w's business write and sends its OrderCreated with
-// txmsg.Producer.Send.
-func (b *bench) sendOrders(ctx context.Context, w workload, base string, tr txmsg.Transactor, topic string) error {
+// sendOrders is the operation of a phase through a Transactor: w's
+// business write and its OrderCreated, sent with txmsg.Producer.Send.
+func sendOrders(w workload, tr txmsg.Transactor, topic string) (op, error) {
 	orders, err := txmsg.NewProducer(tr, txmsg.Topic[OrderCreated]{Name: topic})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	res, err := closedLoop(ctx, b.progress, b.businessSpec(w.phase(base)), func(ctx context.Context, seq int64) error {
+	return func(ctx context.Context, seq int64) error {
 		o, evt := newOrder(seq)
 		_, err := orders.Send(ctx, evt, w.write(o), txmsg.WithKeys(o.OrderNo))
 		return err
-	})
-	if err != nil {
-		return err
-	}
-	b.res.load(strings.ToLower(w.phase(base)), res)
-	return nil
+	}, nil
 }
 
-// runB3: local-table mode, enqueue side only: the business write and its
+// opB3: local-table mode, enqueue side only: the business write and its
 // outbox row in one transaction. No relay runs, so the outbox grows by the
 // phase's rows; B5 measures the relay side.
-func (b *bench) runB3(ctx context.Context, w workload) error {
-	if err := w.tables(ctx); err != nil {
-		return err
-	}
-	id := strings.ToLower(w.phase("b3"))
+func (b *bench) opB3(ctx context.Context, w workload, id string) (op, func(), error) {
 	table := "outbox_" + id
 	ob, err := outbox.New(b.env.db, outbox.Config{Table: table, Logger: b.log})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := ob.Migrate(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease", table+"_relay")
-	return b.sendOrders(ctx, w, "B3", ob, "txbench_"+b.env.runID+"_"+id)
+	closeFn := func() { b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease", table+"_relay") }
+	fn, err := sendOrders(w, ob, "txbench_"+b.env.runID+"_"+id)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return fn, closeFn, nil
 }

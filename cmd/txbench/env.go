@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/fleet"
 	"github.com/txmsg/txmsg/internal/testbed"
 )
 
@@ -61,6 +62,12 @@ func setup(ctx context.Context, cfg *config, log *slog.Logger, pr *progress) (*e
 	fill.InterpolateParams = true
 	e.fillDSN = fill.FormatDSN()
 	if e.db, err = openPool(e.dsn, poolSize(cfg.Workers)); err != nil {
+		_ = e.cleanup(ctx)
+		return nil, err
+	}
+	// The instance table the producers' heartbeats write, as a deployment
+	// has it.
+	if err := fleet.Migrate(ctx, e.db, fleet.DefaultTable); err != nil {
 		_ = e.cleanup(ctx)
 		return nil, err
 	}

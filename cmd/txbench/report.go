@@ -15,34 +15,45 @@ import (
 
 // row is one line of the result table.
 type row struct {
-	Phase  string  `json:"phase"`
-	What   string  `json:"what"`
-	Rate   float64 `json:"per_s"`
-	Unit   string  `json:"unit"`
-	P50    float64 `json:"p50_ms"`
-	P99    float64 `json:"p99_ms"`
-	Ops    int64   `json:"ops"`
-	Errors int64   `json:"errors"`
-	Secs   float64 `json:"seconds"`
-	CPU    cpuUse  `json:"cpu_cores"`
-	CPUms  float64 `json:"cpu_ms_per_op"`
-	Note   string  `json:"note,omitempty"`
+	Phase string  `json:"phase"`
+	What  string  `json:"what"`
+	Rate  float64 `json:"per_s"` // the median trial's, when the phase ran as trials
+	Unit  string  `json:"unit"`
+	// RateMin and RateMax are the slowest and fastest trials' rates, of
+	// Trials trials; zero when the phase ran once.
+	RateMin float64 `json:"per_s_min,omitempty"`
+	RateMax float64 `json:"per_s_max,omitempty"`
+	Trials  int     `json:"trials,omitempty"`
+	P50     float64 `json:"p50_ms"`
+	P99     float64 `json:"p99_ms"`
+	Ops     int64   `json:"ops"`
+	Errors  int64   `json:"errors"`
+	Secs    float64 `json:"seconds"`
+	CPU     cpuUse  `json:"cpu_cores"`
+	CPUms   float64 `json:"cpu_ms_per_op"`
+	Note    string  `json:"note,omitempty"`
 }
 
 // results collects a run's measurements.
 type results struct {
-	rows  []row
-	extra map[string]any
-	keys  map[string]*float64 // the JSON object's headline keys
+	rows    []row
+	extra   map[string]any
+	keys    map[string]*float64 // the JSON object's headline keys
+	spreads map[string]spread   // the headline keys measured per round
 }
 
 // headline are the keys of the -json object, in order.
 var headline = []string{
 	"tps_b0", "tps_b1", "tps_b2", "tps_b3", "ratio_b2_b1", "ratio_b3_b0",
+	"tps_f2", "tps_f3", "ratio_b2_f2", "ratio_b3_f3",
 	"tps_b0r", "tps_b1r", "tps_b2r", "tps_b3r", "ratio_b2r_b1r", "ratio_b3r_b0r",
+	"tps_f2r", "tps_f3r", "ratio_b2r_f2r", "ratio_b3r_f3r",
 	"relay_msgs_per_s", "raw_send_msgs_per_s", "ratio_relay_raw",
-	"outbox_latency_p50_ms", "outbox_latency_p99_ms",
+	"outbox_latency_p50_ms", "outbox_latency_p99_ms", "outbox_latency_p999_ms",
+	"raw_send_latency_p50_ms", "raw_send_latency_p99_ms", "raw_send_latency_p999_ms", "ratio_latency_p99_raw",
 	"resolve_per_s", "resolve_p99_ms", "resolve_serial_per_s",
+	"resolve_known_per_s", "select_per_s", "ratio_resolve_select",
+	"resolve_known_serial_per_s", "select_serial_per_s", "ratio_resolve_serial_select",
 	"resolve_cached_per_s", "resolve_cached_p99_ms", "resolve_cached_serial_per_s", "resolve_cached_serial_p99_ms",
 	"ratio_resolve_cached_db", "ratio_resolve_cached_serial_db",
 	"relay_rss_mib_1m", "ratio_drain_1m_vs_100k",
@@ -57,6 +68,13 @@ var targets = []struct {
 	{"ratio_b3_b0", "≥ 0.70", func(v float64) bool { return v >= 0.70 }},
 	{"ratio_b2r_b1r", "≥ 0.92", func(v float64) bool { return v >= 0.92 }},
 	{"ratio_b3r_b0r", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
+	{"ratio_b2_f2", "≥ 0.95", func(v float64) bool { return v >= 0.95 }},
+	{"ratio_b3_f3", "≥ 0.95", func(v float64) bool { return v >= 0.95 }},
+	{"ratio_b2r_f2r", "≥ 0.95", func(v float64) bool { return v >= 0.95 }},
+	{"ratio_b3r_f3r", "≥ 0.95", func(v float64) bool { return v >= 0.95 }},
+	{"ratio_latency_p99_raw", "≤ 2", func(v float64) bool { return v <= 2 }},
+	{"ratio_resolve_select", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
+	{"ratio_resolve_serial_select", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
 	{"resolve_serial_per_s", "≥ 3000", func(v float64) bool { return v >= 3000 }},
 	{"ratio_relay_raw", "≥ 1.5", func(v float64) bool { return v >= 1.5 }},
 	{"outbox_latency_p99_ms", "≤ 15", func(v float64) bool { return v <= 15 }},
@@ -70,7 +88,7 @@ var targets = []struct {
 }
 
 func newResults() *results {
-	r := &results{extra: map[string]any{}, keys: map[string]*float64{}}
+	r := &results{extra: map[string]any{}, keys: map[string]*float64{}, spreads: map[string]spread{}}
 	for _, k := range headline {
 		r.keys[k] = nil
 	}
@@ -86,8 +104,28 @@ func (r *results) set(key string, v float64) {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return
 	}
-	v = math.Round(v*1000) / 1000
+	v = round3(v)
 	r.keys[key] = &v
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// setSpread records a figure measured once per round: its median under
+// key, its range next to it.
+func (r *results) setSpread(key string, vs []float64) {
+	s, ok := newSpread(vs)
+	if !ok {
+		return
+	}
+	r.set(key, s.Median)
+	r.spreads[key] = s
+}
+
+// noisy reports whether key was measured per round with a range wider
+// than ±noiseBand.
+func (r *results) noisy(key string) bool {
+	s, ok := r.spreads[key]
+	return ok && s.noisy()
 }
 
 func (r *results) get(key string) (float64, bool) {
@@ -105,15 +143,15 @@ func (r *results) ratio(key, num, den string) {
 	}
 }
 
+// loadWhat describes the business phases; the realistic ones (suffix r)
+// add ", realistic".
 var loadWhat = map[string]string{
-	"b0":  "insert order + commit",
-	"b1":  "B0 + raw SendSync after commit (unsafe)",
-	"b2":  "txmsg transactional: Producer.Send",
-	"b3":  "txmsg outbox: Producer.Send (enqueue only)",
-	"b0r": "order + 3 lines + stock update, commit",
-	"b1r": "B0r + raw SendSync after commit (unsafe)",
-	"b2r": "B0r through txmsg transactional",
-	"b3r": "B0r through txmsg outbox (enqueue only)",
+	"b0": "business tx: insert order + commit",
+	"b1": "B0 + raw SendSync after commit (unsafe)",
+	"b2": "txmsg transactional: Producer.Send",
+	"b3": "txmsg outbox: Producer.Send (enqueue only)",
+	"f2": "floor of B2: raw client transactional producer, listener commits",
+	"f3": "floor of B3: B0 + one raw INSERT of the outbox row's bytes",
 }
 
 // row is the table row of a closed-loop phase.
@@ -128,19 +166,25 @@ func (res loadResult) row(phase, what, unit string) row {
 	return x
 }
 
-// load records a closed-loop business phase.
-func (r *results) load(id string, res loadResult) {
-	x := res.row(strings.ToUpper(id), loadWhat[id], "tx/s")
-	r.add(x)
-	r.set("tps_"+id, x.Rate)
-	r.ratio("ratio_b2_b1", "tps_b2", "tps_b1")
-	r.ratio("ratio_b3_b0", "tps_b3", "tps_b0")
-	r.costRatio("cpu_cost_ratio_b2_b1", "B2", "B1")
-	r.costRatio("cpu_cost_ratio_b3_b0", "B3", "B0")
-	r.ratio("ratio_b2r_b1r", "tps_b2r", "tps_b1r")
-	r.ratio("ratio_b3r_b0r", "tps_b3r", "tps_b0r")
-	r.costRatio("cpu_cost_ratio_b2r_b1r", "B2R", "B1R")
-	r.costRatio("cpu_cost_ratio_b3r_b0r", "B3R", "B0R")
+// business records an interleaved group of business phases: each side's
+// row and median rate, each ratio's per-round median and range, and the
+// CPU cost ratios of the pooled trials. suffix is "" or "r".
+func (r *results) business(runs trialRuns, suffix string) {
+	for _, base := range []string{"b0", "b1", "b2", "b3", "f2", "f3"} {
+		id := base + suffix
+		x, ok := runs.row(strings.ToUpper(id), loadWhat[base]+map[string]string{"": "", "r": ", realistic"}[suffix], "tx/s")
+		if !ok {
+			continue
+		}
+		r.add(x)
+		r.setSpread("tps_"+id, runs.rates(strings.ToUpper(id)))
+	}
+	for _, p := range [][2]string{{"b2", "b1"}, {"b3", "b0"}, {"b2", "f2"}, {"b3", "f3"}} {
+		num, den := strings.ToUpper(p[0]+suffix), strings.ToUpper(p[1]+suffix)
+		key := "ratio_" + p[0] + suffix + "_" + p[1] + suffix
+		r.setSpread(key, runs.ratios(num, den))
+		r.costRatio("cpu_cost_"+key, num, den)
+	}
 }
 
 // costRatio records cost(den)/cost(num) in CPU time per operation: the
@@ -164,15 +208,17 @@ func (r *results) costRatio(key, num, den string) {
 func (r *results) settings(c *config, took time.Duration) {
 	r.extra["settings"] = map[string]any{
 		"workers": c.Workers, "relays": c.Relays, "relay_batch": c.RelayBatchSize, "warmup_s": c.Warmup.Seconds(),
-		"duration_s": c.Duration.Seconds(), "count": c.Count, "backlog": c.Backlog, "backlog_big": c.BigBacklog,
+		"trial_s": c.Trial.Seconds(), "trials": c.Trials, "count": c.Count, "backlog": c.Backlog, "backlog_big": c.BigBacklog,
 		"queues": c.Queues, "smoke": c.Smoke, "gomaxprocs": runtime.GOMAXPROCS(0),
 	}
 	r.extra["total_s"] = math.Round(took.Seconds())
 }
 
 // writeJSON prints one object: the headline keys first, in order (null
-// when a phase did not run), then "phases" (the table's rows) and
-// "details" (further figures and the settings).
+// when a phase did not run), each measured per round followed by its
+// range and whether it is noisy (<key>_min, <key>_max, <key>_noisy), then
+// "phases" (the table's rows) and "details" (further figures and the
+// settings).
 func (r *results) writeJSON(w io.Writer) error {
 	var buf bytes.Buffer
 	buf.WriteString("{\n")
@@ -192,6 +238,16 @@ func (r *results) writeJSON(w io.Writer) error {
 		if err := field(k, v); err != nil {
 			return err
 		}
+		if sp, ok := r.spreads[k]; ok {
+			for _, f := range []struct {
+				k string
+				v any
+			}{{"_min", round3(sp.Min)}, {"_max", round3(sp.Max)}, {"_noisy", sp.noisy()}} {
+				if err := field(k+f.k, f.v); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if err := field("phases", r.rows); err != nil {
 		return err
@@ -208,10 +264,11 @@ func (r *results) writeJSON(w io.Writer) error {
 // tableExtras are the details the table shows below the headline figures.
 var tableExtras = []string{
 	"cpu_cost_ratio_b2_b1", "cpu_cost_ratio_b3_b0", "cpu_cost_ratio_b2r_b1r", "cpu_cost_ratio_b3r_b0r",
+	"cpu_cost_ratio_b2_f2", "cpu_cost_ratio_b3_f3", "cpu_cost_ratio_b2r_f2r", "cpu_cost_ratio_b3r_f3r",
 	"relay_msgs_per_s_at_workers", "raw_send_msgs_per_s_at_workers", "ratio_relay_raw_at_workers",
 	"relay_msgs_per_s_big", "resolve_serial_p99_ms",
 	"resolve_cached_p50_us", "resolve_cached_p99_us", "resolve_cached_serial_p50_us", "resolve_cached_serial_p99_us",
-	"outbox_latency_rate", "outbox_latency_p90_ms", "outbox_latency_p999_ms",
+	"outbox_latency_rate", "outbox_latency_p90_ms", "ratio_latency_p50_raw", "ratio_latency_p999_raw",
 }
 
 func (r *results) writeTable(w io.Writer) error {
@@ -223,37 +280,48 @@ func (r *results) writeTable(w io.Writer) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\twhat\trate\t\tp50 ms\tp99 ms\tops\terrors\tCPU ms/op\tCPU cores busy: by db, broker, bench, other\t")
+	fmt.Fprintln(tw, "phase\twhat\trate\t\ttrials: min-max\tp50 ms\tp99 ms\tops\terrors\tCPU ms/op\tCPU cores busy: by db, broker, bench, other\t")
 	for _, x := range r.rows {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", x.Phase, x.What, x.Rate, x.Unit, num(x.P50), num(x.P99), x.Ops, x.Errors, num(x.CPUms), x.CPU)
+		trials := "-"
+		if x.Trials > 0 {
+			trials = fmt.Sprintf("%d: %.0f-%.0f", x.Trials, x.RateMin, x.RateMax)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", x.Phase, x.What, x.Rate, x.Unit, trials, num(x.P50), num(x.P99), x.Ops, x.Errors, num(x.CPUms), x.CPU)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tmeasured\ttarget\t")
+	fmt.Fprintln(tw, "figure\tmeasured\trounds: min-max\ttarget\t")
 	for _, k := range headline {
 		v, ok := r.get(k)
 		val := "-"
 		if ok {
 			val = fmt.Sprintf("%.3f", v)
 		}
+		rng := ""
+		if sp, ok := r.spreads[k]; ok {
+			rng = fmt.Sprintf("%d: %.3f-%.3f", sp.N, sp.Min, sp.Max)
+		}
 		goal := ""
 		for _, t := range targets {
 			if t.key == k {
 				state := "not measured"
-				if ok {
+				switch {
+				case ok && r.noisy(k):
+					state = fmt.Sprintf("NOISY (range beyond ±%.0f%%), not judged", 100*noiseBand)
+				case ok:
 					state = verdict(t.ok(v))
 				}
 				goal = t.goal + "  " + state
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", k, val, goal)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", k, val, rng, goal)
 	}
 	for _, k := range tableExtras {
 		if v, ok := r.extra[k].(float64); ok {
-			fmt.Fprintf(tw, "%s\t%.3f\t\t\n", k, v)
+			fmt.Fprintf(tw, "%s\t%.3f\t\t\t\n", k, v)
 		}
 	}
 	r.writeScale(tw)
@@ -315,7 +383,7 @@ func (r *results) writeScale(tw io.Writer) {
 		}
 	}
 	slices.Sort(counts)
-	fmt.Fprintf(tw, "scale_best_relays\t%d\t\t\n", best)
+	fmt.Fprintf(tw, "scale_best_relays\t%d\t\t\t\n", best)
 	for i, n := range counts {
 		vsRaw, _ := r.extra[fmt.Sprintf("scale_ratio_relay_raw_%d", n)].(float64)
 		vsBest, _ := r.extra[fmt.Sprintf("scale_ratio_vs_best_%d", n)].(float64)
@@ -324,8 +392,8 @@ func (r *results) writeScale(tw io.Writer) {
 		if i == len(counts)-1 {
 			bestGoal = "≥ 0.9  " + verdict(vsBest >= 0.9)
 		}
-		fmt.Fprintf(tw, "scale_ratio_relay_raw_%d\t%.3f\t%s\t\n", n, vsRaw, rawGoal)
-		fmt.Fprintf(tw, "scale_ratio_vs_best_%d\t%.3f\t%s\t\n", n, vsBest, bestGoal)
+		fmt.Fprintf(tw, "scale_ratio_relay_raw_%d\t%.3f\t\t%s\t\n", n, vsRaw, rawGoal)
+		fmt.Fprintf(tw, "scale_ratio_vs_best_%d\t%.3f\t\t%s\t\n", n, vsBest, bestGoal)
 	}
 }
 

@@ -15,16 +15,20 @@ import (
 	"github.com/txmsg/txmsg/txmsg"
 )
 
-// runB6: checker.Resolve answering check-backs, then (runB6c) the same
-// answered from a Transactional's outcome cache. The barrier table is
-// pre-filled with ResolveRows committed and ResolveRows rolled-back rows;
-// the check-backs ask, in equal parts, for a committed ID, a rolled-back
-// ID and an ID the barrier has never seen (which Resolve records as rolled
-// back: an insert and a commit).
+// runB6: checker.Resolve answering check-backs, against its floor, then
+// (runB6c) the same answered from a Transactional's outcome cache. The
+// barrier table is pre-filled with ResolveRows committed and ResolveRows
+// rolled-back rows. B6 asks, in equal parts, for a committed ID, a
+// rolled-back ID and an ID the barrier has never seen (which Resolve
+// records as rolled back: an insert and a commit). B6k asks for the known
+// IDs alone, and P6, its floor, reads the same IDs' state with one bare
+// primary-key SELECT, a literal query on the same pool: a known ID is one
+// round trip either way, so B6k/P6 is what txmsg adds to that round trip.
 //
 // rocketmq-client-go answers check-backs from one goroutine, one at a time,
-// so the phase also measures one worker alone: the rate a single producer
-// process can answer.
+// so the phase also measures one worker alone (B6s, B6ks, P6s): the rate a
+// single producer process can answer. The three sides of each worker count
+// run interleaved.
 func (b *bench) runB6(ctx context.Context) error {
 	const table = "barrier_b6"
 	chk, err := checker.New(b.env.db, checker.Config{Table: table, Logger: b.log})
@@ -40,45 +44,90 @@ func (b *bench) runB6(ctx context.Context) error {
 		return err
 	}
 	var wrong atomic.Int64
-	resolve := func(ctx context.Context, seq int64) error {
-		var id string
-		want := txmsg.StateRolledBack
-		switch seq % 3 {
-		case 0:
-			id, want = committed[rand.N(len(committed))], txmsg.StateCommitted
-		case 1:
-			id = rolledBack[rand.N(len(rolledBack))]
-		default:
-			id = txmsg.NewID()
+	pick := func(seq int64, unknown bool) (id string, want txmsg.LocalState) {
+		n := int64(2)
+		if unknown {
+			n = 3
 		}
-		got, err := chk.Resolve(ctx, id)
-		if err != nil {
+		switch seq % n {
+		case 0:
+			return committed[rand.N(len(committed))], txmsg.StateCommitted
+		case 1:
+			return rolledBack[rand.N(len(rolledBack))], txmsg.StateRolledBack
+		}
+		return txmsg.NewID(), txmsg.StateRolledBack
+	}
+	resolve := func(unknown bool) op {
+		return func(ctx context.Context, seq int64) error {
+			id, want := pick(seq, unknown)
+			got, err := chk.Resolve(ctx, id)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				wrong.Add(1)
+				return fmt.Errorf("resolve %s: got %s, want %s", id, got, want)
+			}
+			return nil
+		}
+	}
+	db := b.env.db
+	sel := func(ctx context.Context, seq int64) error {
+		id, want := pick(seq, false)
+		var state string
+		if err := db.WithContext(ctx).Raw("SELECT state FROM `" + table + "` WHERE tx_id = " + quote(id)).Scan(&state).Error; err != nil {
 			return err
 		}
-		if got != want {
+		if (state == checker.StateCommitted) != (want == txmsg.StateCommitted) {
 			wrong.Add(1)
-			return fmt.Errorf("resolve %s: got %s, want %s", id, got, want)
+			return fmt.Errorf("select %s: got %q, want %s", id, state, want)
 		}
 		return nil
 	}
-	spec := loadSpec{name: "B6", workers: b.cfg.Workers, warmup: b.cfg.Warmup, duration: b.cfg.ResolveFor}
-	res, err := closedLoop(ctx, b.progress, spec, resolve)
-	if err != nil {
-		return err
+	for _, g := range []struct {
+		suffix, group string
+		workers       int
+		what          string
+	}{
+		{"", "resolve", b.cfg.Workers, fmt.Sprintf("%d workers", b.cfg.Workers)},
+		{"s", "resolve-serial", 1, "1 worker (the client's check-back goroutine)"},
+	} {
+		names := [3]string{"B6" + g.suffix, "B6k" + g.suffix, "P6" + g.suffix}
+		sides := []side{
+			b.closedSide(names[0], g.workers, resolve(true)),
+			b.closedSide(names[1], g.workers, resolve(false)),
+			b.closedSide(names[2], g.workers, sel),
+		}
+		// A check-back takes well under a millisecond: half a trial is
+		// thousands of them.
+		runs, err := b.interleave(ctx, g.group, sides, b.cfg.Trial/2)
+		if err != nil {
+			return err
+		}
+		for i, what := range []string{
+			"checker.Resolve, 1/3 each committed/rolled back/unknown, ",
+			"checker.Resolve, committed and rolled-back IDs, ",
+			"floor of B6k: bare primary-key SELECT of the same IDs, ",
+		} {
+			if x, ok := runs.row(names[i], what+g.what, "resolve/s"); ok {
+				b.res.add(x)
+			}
+		}
+		m, _ := runs.merged(names[0])
+		if g.suffix == "" {
+			b.res.setSpread("resolve_per_s", runs.rates(names[0]))
+			b.res.set("resolve_p99_ms", m.lat.pct(99))
+			b.res.setSpread("resolve_known_per_s", runs.rates(names[1]))
+			b.res.setSpread("select_per_s", runs.rates(names[2]))
+			b.res.setSpread("ratio_resolve_select", runs.ratios(names[1], names[2]))
+		} else {
+			b.res.setSpread("resolve_serial_per_s", runs.rates(names[0]))
+			b.res.extra["resolve_serial_p99_ms"] = m.lat.pct(99)
+			b.res.setSpread("resolve_known_serial_per_s", runs.rates(names[1]))
+			b.res.setSpread("select_serial_per_s", runs.rates(names[2]))
+			b.res.setSpread("ratio_resolve_serial_select", runs.ratios(names[1], names[2]))
+		}
 	}
-	x := res.row("B6", fmt.Sprintf("checker.Resolve, %d workers, 1/3 each committed/rolled back/unknown", b.cfg.Workers), "resolve/s")
-	b.res.add(x)
-	b.res.set("resolve_per_s", x.Rate)
-	b.res.set("resolve_p99_ms", x.P99)
-
-	serialSpec := loadSpec{name: "B6s", workers: 1, warmup: b.cfg.Warmup / 3, duration: b.cfg.ResolveFor / 2}
-	serial, err := closedLoop(ctx, b.progress, serialSpec, resolve)
-	if err != nil {
-		return err
-	}
-	b.res.add(serial.row("B6s", "checker.Resolve, 1 worker (the client's check-back goroutine)", "resolve/s"))
-	b.res.set("resolve_serial_per_s", serial.perSecond())
-	b.res.extra["resolve_serial_p99_ms"] = serial.lat.pct(99)
 	if n := wrong.Load(); n > 0 {
 		return fmt.Errorf("%d check-backs got the wrong answer", n)
 	}
