@@ -11,8 +11,6 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
-
-	"github.com/txmsg/txmsg/internal/store"
 )
 
 // DefaultFailingTable is the default name of the table of messages whose
@@ -278,23 +276,5 @@ func (in *Inbox) DeleteFailing(ctx context.Context, group string, ids ...string)
 // earlier failures; the rows it is for are those of messages the broker
 // dead-lettered, which no later delivery removes.
 func (in *Inbox) PurgeFailing(ctx context.Context, olderThan time.Duration, batch int, group string) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("%w: inbox: purge of failing messages needs an age of zero or more, not %s", ErrInvalidConfig, olderThan)
-	}
-	var where []clause.Expression
-	if group != "" {
-		where = append(where, clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group})
-	}
-	cutoff := time.Now().UTC().Add(-olderThan)
-	if olderThan == 0 {
-		cutoff = cutoff.Add(time.Second)
-	}
-	n, err := store.PurgeBefore(ctx, in.db, in.failing, "id", "last_failed_at", cutoff, batch, where...)
-	if n > 0 {
-		in.logger.Info("purged failing messages", "rows", n, "group", group, "older_than", olderThan)
-	}
-	if err != nil {
-		return n, fmt.Errorf("txmsg: %w", err)
-	}
-	return n, nil
+	return in.purgeOlder(ctx, in.failing, "last_failed_at", "failing messages", olderThan, batch, group)
 }

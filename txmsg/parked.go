@@ -105,22 +105,29 @@ func (in *Inbox) DeleteParked(ctx context.Context, group string, ids ...string) 
 // means all of them), of group when it is not empty, in batches of batch
 // rows (0 means [DefaultPurgeBatch]), and returns how many it deleted.
 func (in *Inbox) PurgeParked(ctx context.Context, olderThan time.Duration, batch int, group string) (int64, error) {
+	return in.purgeOlder(ctx, in.parked, "parked_at", "parked messages", olderThan, batch, group)
+}
+
+// purgeOlder deletes the rows of table whose column is more than
+// olderThan ago (zero means all of them), of group when it is not empty,
+// in batches; what names the rows in errors and the log.
+func (in *Inbox) purgeOlder(ctx context.Context, table, column, what string, olderThan time.Duration, batch int, group string) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("%w: inbox: purge of parked messages needs an age of zero or more, not %s", ErrInvalidConfig, olderThan)
+		return 0, fmt.Errorf("%w: inbox: purge of %s needs an age of zero or more, not %s", ErrInvalidConfig, what, olderThan)
 	}
 	var where []clause.Expression
 	if group != "" {
 		where = append(where, clause.Eq{Column: clause.Column{Name: "consumer_group"}, Value: group})
 	}
 	// The cutoff is a little in the future for olderThan 0, so that "all"
-	// includes a row parked in this very microsecond.
+	// includes a row written in this very microsecond.
 	cutoff := time.Now().UTC().Add(-olderThan)
 	if olderThan == 0 {
 		cutoff = cutoff.Add(time.Second)
 	}
-	n, err := store.PurgeBefore(ctx, in.db, in.parked, "id", "parked_at", cutoff, batch, where...)
+	n, err := store.PurgeBefore(ctx, in.db, table, "id", column, cutoff, batch, where...)
 	if n > 0 {
-		in.logger.Info("purged parked messages", "rows", n, "group", group, "older_than", olderThan)
+		in.logger.Info("purged "+what, "rows", n, "group", group, "older_than", olderThan)
 	}
 	if err != nil {
 		return n, fmt.Errorf("txmsg: %w", err)
