@@ -33,10 +33,13 @@ const (
 	// clusters is RocketMQ 5.x or later, DelayLevels otherwise (or when
 	// the brokers cannot be asked). Decided at Start.
 	DelayAuto DelayMode = ""
-	// DelayTimer sends a message on to its topic at once, with the
+	// DelayTimer sends a message back through the delay topic with the
 	// broker's timer (TIMER_DELIVER_MS, RocketMQ 5.x with
-	// timerWheelEnable, the default). The broker holds it until due. A
-	// message whose timer the broker refuses (timerWheelEnable off, or a
+	// timerWheelEnable, the default), set to bring it back shortly before
+	// its due time; the forwarder then waits out the rest (under
+	// TimerPrecision plus 300 ms) and sends it to its topic, so that it
+	// arrives at its due time plus the forwarder's sending time. A message
+	// whose timer the broker refuses (timerWheelEnable off, or a
 	// timerMaxDelaySec shorter than the time left) goes by the delay
 	// levels instead; with the timer off, all messages do from then on.
 	DelayTimer DelayMode = "timer"
@@ -75,8 +78,10 @@ type ForwarderConfig struct {
 	// brokers' messageDelayLevel differs.
 	DelayLevels []time.Duration
 	// TimerPrecision is the brokers' timerPrecisionMs, for DelayTimer
-	// mode. Default 1 s, the broker's default. The broker rounds a due
-	// time down to it, so the forwarder asks for the next multiple.
+	// mode. Default 1 s, the broker's default. The broker fires a timer
+	// up to one precision step after the time asked for, so the forwarder
+	// asks for a time this much (plus 300 ms) before the due time and
+	// waits out the rest itself.
 	TimerPrecision time.Duration
 	// Concurrency is how many messages are forwarded at once. Default
 	// [DefaultConcurrency] (16).
@@ -142,9 +147,9 @@ func (c ForwarderConfig) Validate() error {
 // message to its delay topic instead of the message's topic, since the
 // broker does not delay half messages; when the transaction commits, the
 // broker stores it in the delay topic, where the Forwarder consumes it.
-// It then either hands it to the broker's timer (RocketMQ 5.x), or chains
-// it through the delay topic with the broker's delay levels (4.x) and
-// sends it on when less than a second is left (see [DelayMode]).
+// It chains it through the delay topic, with the broker's timer
+// (RocketMQ 5.x) or its delay levels (4.x), until it is almost due, then
+// waits out the rest and sends it on (see [DelayMode]).
 //
 // What the Forwarder sends keeps the message's txmsg ID, keys, tag,
 // sharding key, properties and due time ([txmsg.PropertyDeliverAt]). It
@@ -335,7 +340,21 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 			"broker_msg_id", ext.MsgId, "txmsg_id", m.ID)
 		return nil
 	}
+	for _, k := range brokerTimerProperties {
+		delete(m.Properties, k)
+	}
 	if f.Mode() == DelayTimer {
+		if ext.GetProperty(propertyTimerOutMs) != "" {
+			// Back from the broker's timer. It normally brings a message
+			// back less than TimerPrecision+timerLead before its due time;
+			// more means the broker's clock runs ahead of this host's, and
+			// another timer would bring it back at once: the delay levels
+			// do not depend on the broker's clock.
+			if time.Until(rec.DueAt) <= 2*(f.cfg.TimerPrecision+timerLead) {
+				return f.sendWhenDue(ctx, m, rec.DueAt)
+			}
+			return f.byLevels(ctx, m, rec.DueAt)
+		}
 		err := f.byTimer(ctx, m, rec.DueAt)
 		if err == nil || !timerRefused(err) {
 			return err
@@ -353,16 +372,21 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 	return f.byLevels(ctx, m, rec.DueAt)
 }
 
-// byTimer sends m to its topic with the broker's timer set to due.
+// byTimer sends m through the delay topic with the broker's timer set to
+// fire before its due time, or, when the next timer could not fire before
+// it, waits out the time left and sends m to its topic.
 func (f *Forwarder) byTimer(ctx context.Context, m *txmsg.Message, due time.Time) error {
-	pm := toPrimitive(m)
-	if time.Until(due) > 0 {
-		pm.WithProperty(propertyTimerDeliverMs, strconv.FormatInt(timerDeliverMs(due, f.cfg.TimerPrecision), 10))
+	at, hop := timerHop(time.Now(), due, f.cfg.TimerPrecision)
+	if !hop {
+		return f.sendWhenDue(ctx, m, due)
 	}
+	pm := toPrimitive(m)
+	pm.Topic = f.cfg.Topic
+	pm.WithProperty(propertyTimerDeliverMs, strconv.FormatInt(at, 10))
 	if err := f.pub.sendOne(ctx, pm); err != nil {
 		return err
 	}
-	f.forwarded.Add(1)
+	f.chained.Add(1)
 	return f.sent()
 }
 
@@ -370,9 +394,9 @@ func (f *Forwarder) byTimer(ctx context.Context, m *txmsg.Message, due time.Time
 // or, when less than the smallest level is left, waits and sends it to its
 // topic.
 func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Time) error {
-	pm := toPrimitive(m)
-	level, wait := nextHop(time.Until(due), f.cfg.DelayLevels)
+	level, _ := nextHop(time.Until(due), f.cfg.DelayLevels)
 	if level > 0 {
+		pm := toPrimitive(m)
 		pm.Topic = f.cfg.Topic
 		pm.WithDelayTimeLevel(level)
 		if err := f.pub.sendOne(ctx, pm); err != nil {
@@ -381,7 +405,13 @@ func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Tim
 		f.chained.Add(1)
 		return f.sent()
 	}
-	if wait > 0 {
+	return f.sendWhenDue(ctx, m, due)
+}
+
+// sendWhenDue waits until due (by this host's clock) and sends m to its
+// topic. The wait holds one of the Concurrency consumers.
+func (f *Forwarder) sendWhenDue(ctx context.Context, m *txmsg.Message, due time.Time) error {
+	if wait := time.Until(due); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -393,7 +423,7 @@ func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Tim
 			return ctx.Err()
 		}
 	}
-	if err := f.pub.sendOne(ctx, pm); err != nil {
+	if err := f.pub.sendOne(ctx, toPrimitive(m)); err != nil {
 		return err
 	}
 	f.forwarded.Add(1)
@@ -420,6 +450,16 @@ func (f *Forwarder) sent() error {
 // delivery time in Unix milliseconds.
 const propertyTimerDeliverMs = "TIMER_DELIVER_MS"
 
+// propertyTimerOutMs is set by the broker (5.x) on a message its timer
+// held: the slot it fired from.
+const propertyTimerOutMs = "TIMER_OUT_MS"
+
+// brokerTimerProperties are what the broker's timer adds to a message it
+// held (MessageConst). The forwarder drops them, so that consumers of the
+// message's topic see the properties its producer set.
+var brokerTimerProperties = []string{propertyTimerOutMs, "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+	"TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL"}
+
 // nextHop decides the next step of a message due in left on a broker with
 // the delay levels levels (level 1 first, ascending): level > 0 means
 // "send it through the delay topic with that level", the largest level
@@ -436,20 +476,33 @@ func nextHop(left time.Duration, levels []time.Duration) (level int, wait time.D
 	return 0, max(left, 0)
 }
 
-// timerDeliverMs is the TIMER_DELIVER_MS to ask of a broker whose timer
-// precision is precision for a message due at due. The broker rounds the
-// time down to a multiple of precision (and an exact multiple down by one
-// more), so this asks for the first multiple not before due, plus 1 ms.
-func timerDeliverMs(due time.Time, precision time.Duration) int64 {
-	p := precision.Milliseconds()
-	ms := due.UnixMilli()
-	if due.Sub(time.UnixMilli(ms)) > 0 {
-		ms++
+// timerLead is how long before a message's due time the broker's timer
+// is set to bring it back to the forwarder: room for the timer's own lag
+// (its dequeue service polls every 100 ms) and the trip through the
+// delay topic, so that the message is back before it is due and the
+// forwarder sends it on at its due time.
+const timerLead = 300 * time.Millisecond
+
+// timerHop decides, at now, how a message due at due goes on a broker
+// whose timerPrecisionMs is precision. hop true: send it through the delay
+// topic with TIMER_DELIVER_MS at; false: less than precision+timerLead is
+// left, so wait out the rest and send it to its topic.
+//
+// The broker (HookUtils.handleScheduleMessage) puts a message in the
+// timer slot of TIMER_DELIVER_MS rounded down to a multiple of precision,
+// an exact multiple one step further down, and TimerMessageStore delivers
+// a slot once the current time has passed the slot's end (the slot is
+// before the current time rounded down). Asking for due-precision-timerLead
+// therefore brings the message back between due-precision-timerLead and
+// due-timerLead, plus the broker's lag: never after the due time while the
+// lag stays under timerLead, so the event's lateness is the forwarder's
+// own sending time, and the forwarder waits at most precision+timerLead.
+func timerHop(now, due time.Time, precision time.Duration) (at int64, hop bool) {
+	back := due.Add(-precision - timerLead)
+	if !back.After(now) {
+		return 0, false
 	}
-	if p <= 1 {
-		return ms + 1
-	}
-	return (ms+p-1)/p*p + 1
+	return back.UnixMilli(), true
 }
 
 // codeGetBrokerRuntimeInfo is RocketMQ's GET_BROKER_RUNTIME_INFO request.
