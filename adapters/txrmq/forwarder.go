@@ -15,7 +15,10 @@ import (
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/heartbeat"
 	"github.com/txmsg/txmsg/internal/rmqwire"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -94,6 +97,16 @@ type ForwarderConfig struct {
 	// MaxBodySize is the largest body forwarded. Default
 	// [txmsg.DefaultMaxBodySize].
 	MaxBodySize int
+	// DB is the database of the instance table the Forwarder writes its
+	// heartbeat into. Nil means no heartbeat; stack.Transactional passes
+	// the service's database.
+	DB *gorm.DB
+	// Heartbeat is the Forwarder's row in the instance table (kind
+	// fleet.KindForwarder), written from Start to Close on DB: its Health
+	// and its counts (messages sent on to their topics as sent, failed
+	// forwards as failed; see package fleet). Optional: the zero value
+	// writes every 10 s into txmsg_instances.
+	Heartbeat fleet.Config
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -110,6 +123,7 @@ func (c ForwarderConfig) WithDefaults() ForwarderConfig {
 	}
 	c.Concurrency, _ = consumeDefaults(c.Concurrency, 0)
 	c.SendTimeout, c.Retries, c.MaxBodySize = sendDefaults(c.SendTimeout, c.Retries, c.MaxBodySize)
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -139,7 +153,10 @@ func (c ForwarderConfig) Validate() error {
 	if err := validateConsume(what, c.Concurrency, DefaultMaxReconsumeTimes); err != nil {
 		return err
 	}
-	return validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize)
+	if err := validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize); err != nil {
+		return err
+	}
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // Forwarder sends delayed transactional messages on to their topics when
@@ -168,6 +185,8 @@ type Forwarder struct {
 	mode atomic.Value // DelayMode
 
 	forwarded, chained atomic.Int64
+	counts             heartbeat.Counters
+	beat               *heartbeat.Beat
 
 	// afterSend, set by tests, runs after each successful send; an error
 	// fails the message as a crash before its acknowledgement would.
@@ -210,6 +229,9 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	return f, nil
 }
 
+// Group returns the Forwarder's consumer group.
+func (f *Forwarder) Group() string { return f.cfg.Group }
+
 // Mode returns the delay mode in use: the configured one, or, with
 // DelayAuto, the one Start picked (DelayAuto before Start).
 func (f *Forwarder) Mode() DelayMode { return f.mode.Load().(DelayMode) }
@@ -249,6 +271,7 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		f.started = true
 		f.wg.Add(1)
 		go f.startWhenRouted()
+		f.startBeat()
 		return nil
 	}
 	if err != nil {
@@ -260,6 +283,31 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		return fmt.Errorf("rocketmq: start forwarder: %w", err)
 	}
 	f.started, f.consuming = true, true
+	f.startBeat()
+	return nil
+}
+
+// startBeat starts the heartbeat; f.mu is held.
+func (f *Forwarder) startBeat() {
+	f.beat = heartbeat.Start(f.cfg.DB, f.cfg.Heartbeat, fleet.KindForwarder, f.cfg.Group, f.Health, &f.counts, f.log)
+}
+
+// Health reports whether the Forwarder can forward now: it was started
+// and not closed, and the name servers answer for the delay topic. A
+// delay topic that does not exist yet is healthy (the Forwarder starts
+// consuming once it does, and no delayed message can be sent before).
+// Bounded by ctx.
+func (f *Forwarder) Health(ctx context.Context) error {
+	f.mu.Lock()
+	started, closed := f.started, f.closed
+	f.mu.Unlock()
+	if err := lifecycle("forwarder", f.cfg.Group, started, closed); err != nil {
+		return err
+	}
+	err := askTopicRoutes(ctx, &f.cfg.Conn, []string{f.cfg.brokerTopic(f.cfg.Topic)})
+	if err != nil && !errors.Is(err, txmsg.ErrTopicNotFound) {
+		return fmt.Errorf("rocketmq: forwarder of group %q: %w", f.cfg.Group, err)
+	}
 	return nil
 }
 
@@ -309,7 +357,9 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	}
 	f.closed = true
 	close(f.stop)
+	beat := f.beat
 	f.mu.Unlock()
+	beat.Stop(ctx)
 	f.wg.Wait()
 	var err error
 	if f.consuming {
@@ -323,6 +373,7 @@ func (f *Forwarder) consume(ctx context.Context, msgs ...*primitive.MessageExt) 
 	for _, ext := range msgs {
 		if err := f.forward(ctx, ext); err != nil {
 			f.log.Warn("cannot forward a delayed message; the broker delivers it again", "txmsg_id", ext.GetProperty(txmsg.PropertyID), "err", err)
+			f.counts.Failed()
 			return consumer.ConsumeRetryLater, nil
 		}
 	}
@@ -427,6 +478,7 @@ func (f *Forwarder) sendWhenDue(ctx context.Context, m *txmsg.Message, due time.
 		return err
 	}
 	f.forwarded.Add(1)
+	f.counts.Sent()
 	return f.sent()
 }
 
