@@ -231,6 +231,9 @@ func TestTransactionalDelayed(t *testing.T) {
 			got := fromExt(obs.First(r.ID))
 			require.Equal(t, e.topic, got.Message.Topic)
 			require.Equal(t, "order-1", got.Message.Keys[0])
+			for _, k := range brokerTimerProperties {
+				require.NotContains(t, got.Message.Properties, k, "the broker's timer properties are not passed on")
+			}
 			require.WithinDuration(t, sent.Add(c.delay), got.DueAt, time.Second)
 			require.Never(t, func() bool { return obs.Count(rb.ID) > 0 }, 2*time.Second, 100*time.Millisecond, "the rolled-back event never arrives")
 			n, chained := f.Forwarded()
