@@ -48,6 +48,7 @@ const (
 	KindOrderedConsumer = "ordered_consumer"
 	KindSweeper         = "sweeper"
 	KindProducer        = "producer"
+	KindForwarder       = "forwarder"
 )
 
 // States of an instance, as [List] reports them.

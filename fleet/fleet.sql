@@ -11,7 +11,7 @@
 -- instances. The counters start at zero with each instance.
 
 CREATE TABLE IF NOT EXISTS `txmsg_instances` (
-  `kind` varbinary(32) NOT NULL,                  -- consumer, ordered_consumer, sweeper, producer
+  `kind` varbinary(32) NOT NULL,                  -- consumer, ordered_consumer, sweeper, producer, forwarder
   `name` varbinary(255) NOT NULL,                 -- the group
   `instance` varbinary(255) NOT NULL,             -- host-pid-random
   `started_at` datetime(6) NOT NULL,

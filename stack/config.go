@@ -80,8 +80,8 @@ type Config struct {
 	// transactional producer's, the sweeper's and its publisher's, or the
 	// outbox's, the relays' and their publisher's. Optional.
 	Hooks txmsg.Hooks
-	// Heartbeat is the instance table the transactional producer and the
-	// sweeper write their rows into (see package fleet), and which
+	// Heartbeat is the instance table the transactional producer, the
+	// sweeper and the forwarder write their rows into (see package fleet), and which
 	// [Stack.Migrate] creates in both modes, for the service's consumers
 	// too. Default: txmsg_instances, every 10 s.
 	Heartbeat fleet.Config
@@ -114,8 +114,8 @@ type TransactionalConfig struct {
 	// and producer group, defaults to the producer group with
 	// [ForwarderSuffix] appended; Topic defaults to Producer.DelayTopic
 	// and must equal it; Mode, DelayLevels and TimerPrecision tune how the
-	// broker waits. Its Conn comes from the stack and must be left zero.
-	// Optional.
+	// broker waits. Its Conn, DB and Heartbeat come from the stack and
+	// must be left zero. Optional.
 	Forwarder txrmq.ForwarderConfig
 }
 
@@ -222,8 +222,8 @@ func (c TransactionalConfig) Validate() error {
 	if !zeroConn(c.Producer.Conn) || c.Producer.Group != "" || len(c.Producer.Hooks) > 0 || len(c.Producer.Topics) > 0 || c.Producer.Heartbeat != (fleet.Config{}) {
 		return invalid("Producer.Conn, Group, Hooks, Topics and Heartbeat must be left zero: the producer takes RocketMQ, Group, Hooks, Topics and Heartbeat")
 	}
-	if !zeroConn(c.Forwarder.Conn) {
-		return invalid("Forwarder.Conn must be left zero: the forwarder takes RocketMQ")
+	if !zeroConn(c.Forwarder.Conn) || c.Forwarder.DB != nil || c.Forwarder.Heartbeat != (fleet.Config{}) {
+		return invalid("Forwarder.Conn, DB and Heartbeat must be left zero: the forwarder takes RocketMQ, the service's database and Heartbeat")
 	}
 	if c.Forwarder.Topic != c.Producer.DelayTopic {
 		return invalid("Forwarder.Topic %q differs from Producer.DelayTopic %q: the forwarder must read the topic the producer sends delayed messages to", c.Forwarder.Topic, c.Producer.DelayTopic)

@@ -135,6 +135,8 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 		background = append(background, component{"sweeper", sw.Start, sw.Close})
 		fcfg := cfg.Forwarder
 		fcfg.Conn = cfg.rocketMQ()
+		fcfg.DB = db
+		fcfg.Heartbeat = cfg.Heartbeat
 		if fcfg.MaxBodySize == 0 {
 			fcfg.MaxBodySize = cfg.Producer.MaxBodySize
 		}
@@ -336,7 +338,8 @@ func (s *Stack) Transact(ctx context.Context, msg *txmsg.Message, local txmsg.Lo
 // returns nil when healthy; otherwise the errors of the failing parts:
 // the transactional producer's database and topic routes
 // ([txrmq.Transactional.Health]), each relay's database and lag
-// ([outbox.Relay.Health]), and the database of the parts that have no
+// ([outbox.Relay.Health]), the forwarder of delayed messages
+// ([txrmq.Forwarder.Health]), and the database of the parts that have no
 // check of their own (the outbox writer, a sweeper without a producer).
 // Meant for readiness probes; bounded by ctx.
 func (s *Stack) Health(ctx context.Context) error {
@@ -353,6 +356,9 @@ func (s *Stack) Health(ctx context.Context) error {
 		if err := ping(ctx, s.db); err != nil {
 			errs = append(errs, fmt.Errorf("stack: %s: database: %w", s.mode, err))
 		}
+	}
+	if s.forwarder != nil {
+		errs = append(errs, s.forwarder.Health(ctx))
 	}
 	for _, r := range s.relays {
 		if err := r.Health(ctx); err != nil {

@@ -55,19 +55,20 @@ func TestConfigErrors(t *testing.T) {
 		cfg  TransactionalConfig
 		want string
 	}{
-		"bad parts":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Parts: 4}}, "Parts 4"},
-		"bad topic":            {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Topics: []string{"a b"}}}, `topic "a b"`},
-		"hooks in producer":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
-		"no name servers":      {TransactionalConfig{Config: withRMQ(func(c *txrmq.Conn) { c.NameServers = nil })}, "NameServers is empty"},
-		"no group":             {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "Group"},
-		"sweeper group shared": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Group: "orders"}}, "is the producer group"},
-		"sweeper client set":   {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Conn: txrmq.Conn{Namespace: "x"}}}, "Sweeper.Conn"},
-		"producer topics set":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
-		"bad checker":          {TransactionalConfig{Config: base, Checker: checker.Config{CheckWindow: -1}}, "CheckWindow"},
-		"bad sweeper hold":     {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
-		"cache beyond window":  {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackCacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
-		"negative workers":     {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackWorkers: -1}}, "CheckBackWorkers"},
-		"heartbeat in sweeper": {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Heartbeat: fleet.Config{Interval: time.Second}}}, "Sweeper.Conn, Hooks, ProducerGroups and Heartbeat"},
+		"bad parts":              {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Parts: 4}}, "Parts 4"},
+		"bad topic":              {TransactionalConfig{Config: Config{RocketMQ: rmq, Group: "orders", Topics: []string{"a b"}}}, `topic "a b"`},
+		"hooks in producer":      {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Hooks: txmsg.Hooks{noopHook{}}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
+		"no name servers":        {TransactionalConfig{Config: withRMQ(func(c *txrmq.Conn) { c.NameServers = nil })}, "NameServers is empty"},
+		"no group":               {TransactionalConfig{Config: Config{RocketMQ: rmq}}, "Group"},
+		"sweeper group shared":   {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Group: "orders"}}, "is the producer group"},
+		"sweeper client set":     {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Conn: txrmq.Conn{Namespace: "x"}}}, "Sweeper.Conn"},
+		"producer topics set":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{Topics: []string{"t"}}}, "Producer.Conn, Group, Hooks, Topics and Heartbeat"},
+		"bad checker":            {TransactionalConfig{Config: base, Checker: checker.Config{CheckWindow: -1}}, "CheckWindow"},
+		"bad sweeper hold":       {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{HoldFor: -time.Second}}, "HoldFor"},
+		"cache beyond window":    {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackCacheAge: 24 * time.Hour}}, "CheckBackCacheAge"},
+		"negative workers":       {TransactionalConfig{Config: base, Producer: txrmq.TransactionalConfig{CheckBackWorkers: -1}}, "CheckBackWorkers"},
+		"heartbeat in forwarder": {TransactionalConfig{Config: base, Forwarder: txrmq.ForwarderConfig{Heartbeat: fleet.Config{Interval: time.Second}}}, "Forwarder.Conn, DB and Heartbeat"},
+		"heartbeat in sweeper":   {TransactionalConfig{Config: base, Sweeper: txrmq.SweeperConfig{Heartbeat: fleet.Config{Interval: time.Second}}}, "Sweeper.Conn, Hooks, ProducerGroups and Heartbeat"},
 	}
 	for name, c := range txCases {
 		t.Run("transactional/"+name, func(t *testing.T) {
@@ -245,8 +246,9 @@ func TestTransactionalStack(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.EqualValues(t, 1, countOrders(t, db))
 
-	// The producer and the sweeper heartbeat into the instance table,
-	// live, with the producer's counts; Close deletes their rows.
+	// The producer, the sweeper and the forwarder heartbeat into the
+	// instance table, live, with the producer's counts; Close deletes
+	// their rows.
 	require.Eventually(t, func() bool {
 		rows, err := fleet.List(ctx, db, fleet.DefaultTable)
 		require.NoError(t, err)
@@ -254,10 +256,10 @@ func TestTransactionalStack(t *testing.T) {
 		for _, r := range rows {
 			kinds[r.Kind] = r
 		}
-		p, sw := kinds[fleet.KindProducer], kinds[fleet.KindSweeper]
-		return len(rows) == 2 && p.State == fleet.StateLive && p.Sent == 1 && p.Failed == 1 &&
-			sw.State == fleet.StateLive && sw.Name == s.sweeperGroup
-	}, 30*time.Second, 100*time.Millisecond, "no live producer and sweeper rows with the producer's counts")
+		p, sw, fw := kinds[fleet.KindProducer], kinds[fleet.KindSweeper], kinds[fleet.KindForwarder]
+		return len(rows) == 3 && p.State == fleet.StateLive && p.Sent == 1 && p.Failed == 1 &&
+			sw.State == fleet.StateLive && sw.Name == s.sweeperGroup && fw.State == fleet.StateLive
+	}, 30*time.Second, 100*time.Millisecond, "no live producer, sweeper and forwarder rows with the producer's counts")
 
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, s.Close(ctx), "Close is idempotent")
@@ -282,9 +284,10 @@ func TestTransactionalStackDelayed(t *testing.T) {
 	require.NoError(t, db.AutoMigrate(&order{}))
 	s, err := Transactional(db, TransactionalConfig{
 		Config: Config{
-			RocketMQ: txrmq.Conn{NameServers: []string{testbed.NameServer()}},
-			Group:    testbed.Name(t, "pg"),
-			Topics:   []string{topic},
+			RocketMQ:  txrmq.Conn{NameServers: []string{testbed.NameServer()}},
+			Group:     testbed.Name(t, "pg"),
+			Topics:    []string{topic},
+			Heartbeat: fleet.Config{Interval: 200 * time.Millisecond},
 		},
 		Producer: txrmq.TransactionalConfig{DelayTopic: delayTopic},
 	})
@@ -303,6 +306,18 @@ func TestTransactionalStackDelayed(t *testing.T) {
 	obs.DeliveredWithin(t, id, 10*time.Second)
 	n, _ := s.Forwarder().Forwarded()
 	require.EqualValues(t, 1, n)
+	require.NoError(t, s.Forwarder().Health(ctx))
+	// The forwarder's row in the instance table counts what it sent on.
+	require.Eventually(t, func() bool {
+		rows, err := fleet.List(ctx, db, fleet.DefaultTable)
+		require.NoError(t, err)
+		for _, r := range rows {
+			if r.Kind == fleet.KindForwarder {
+				return r.State == fleet.StateLive && r.Name == s.Forwarder().Group() && r.Sent == 1 && r.Failed == 0
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "no live forwarder row counting the event sent")
 }
 
 // The local-table stack writes the row with the order and its relays

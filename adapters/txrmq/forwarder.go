@@ -15,7 +15,10 @@ import (
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"gorm.io/gorm"
 
+	"github.com/txmsg/txmsg/fleet"
+	"github.com/txmsg/txmsg/internal/heartbeat"
 	"github.com/txmsg/txmsg/internal/rmqwire"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -33,10 +36,13 @@ const (
 	// clusters is RocketMQ 5.x or later, DelayLevels otherwise (or when
 	// the brokers cannot be asked). Decided at Start.
 	DelayAuto DelayMode = ""
-	// DelayTimer sends a message on to its topic at once, with the
+	// DelayTimer sends a message back through the delay topic with the
 	// broker's timer (TIMER_DELIVER_MS, RocketMQ 5.x with
-	// timerWheelEnable, the default). The broker holds it until due. A
-	// message whose timer the broker refuses (timerWheelEnable off, or a
+	// timerWheelEnable, the default), set to bring it back shortly before
+	// its due time; the forwarder then waits out the rest (under
+	// TimerPrecision plus 300 ms) and sends it to its topic, so that it
+	// arrives at its due time plus the forwarder's sending time. A message
+	// whose timer the broker refuses (timerWheelEnable off, or a
 	// timerMaxDelaySec shorter than the time left) goes by the delay
 	// levels instead; with the timer off, all messages do from then on.
 	DelayTimer DelayMode = "timer"
@@ -75,8 +81,10 @@ type ForwarderConfig struct {
 	// brokers' messageDelayLevel differs.
 	DelayLevels []time.Duration
 	// TimerPrecision is the brokers' timerPrecisionMs, for DelayTimer
-	// mode. Default 1 s, the broker's default. The broker rounds a due
-	// time down to it, so the forwarder asks for the next multiple.
+	// mode. Default 1 s, the broker's default. The broker fires a timer
+	// up to one precision step after the time asked for, so the forwarder
+	// asks for a time this much (plus 300 ms) before the due time and
+	// waits out the rest itself.
 	TimerPrecision time.Duration
 	// Concurrency is how many messages are forwarded at once. Default
 	// [DefaultConcurrency] (16).
@@ -89,6 +97,16 @@ type ForwarderConfig struct {
 	// MaxBodySize is the largest body forwarded. Default
 	// [txmsg.DefaultMaxBodySize].
 	MaxBodySize int
+	// DB is the database of the instance table the Forwarder writes its
+	// heartbeat into. Nil means no heartbeat; stack.Transactional passes
+	// the service's database.
+	DB *gorm.DB
+	// Heartbeat is the Forwarder's row in the instance table (kind
+	// fleet.KindForwarder), written from Start to Close on DB: its Health
+	// and its counts (messages sent on to their topics as sent, failed
+	// forwards as failed; see package fleet). Optional: the zero value
+	// writes every 10 s into txmsg_instances.
+	Heartbeat fleet.Config
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -105,6 +123,7 @@ func (c ForwarderConfig) WithDefaults() ForwarderConfig {
 	}
 	c.Concurrency, _ = consumeDefaults(c.Concurrency, 0)
 	c.SendTimeout, c.Retries, c.MaxBodySize = sendDefaults(c.SendTimeout, c.Retries, c.MaxBodySize)
+	c.Heartbeat = c.Heartbeat.WithDefaults()
 	return c
 }
 
@@ -134,7 +153,10 @@ func (c ForwarderConfig) Validate() error {
 	if err := validateConsume(what, c.Concurrency, DefaultMaxReconsumeTimes); err != nil {
 		return err
 	}
-	return validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize)
+	if err := validateSend(what, c.SendTimeout, c.Retries, c.MaxBodySize); err != nil {
+		return err
+	}
+	return c.Heartbeat.ValidateIn(what)
 }
 
 // Forwarder sends delayed transactional messages on to their topics when
@@ -142,9 +164,9 @@ func (c ForwarderConfig) Validate() error {
 // message to its delay topic instead of the message's topic, since the
 // broker does not delay half messages; when the transaction commits, the
 // broker stores it in the delay topic, where the Forwarder consumes it.
-// It then either hands it to the broker's timer (RocketMQ 5.x), or chains
-// it through the delay topic with the broker's delay levels (4.x) and
-// sends it on when less than a second is left (see [DelayMode]).
+// It chains it through the delay topic, with the broker's timer
+// (RocketMQ 5.x) or its delay levels (4.x), until it is almost due, then
+// waits out the rest and sends it on (see [DelayMode]).
 //
 // What the Forwarder sends keeps the message's txmsg ID, keys, tag,
 // sharding key, properties and due time ([txmsg.PropertyDeliverAt]). It
@@ -163,6 +185,8 @@ type Forwarder struct {
 	mode atomic.Value // DelayMode
 
 	forwarded, chained atomic.Int64
+	counts             heartbeat.Counters
+	beat               *heartbeat.Beat
 
 	// afterSend, set by tests, runs after each successful send; an error
 	// fails the message as a crash before its acknowledgement would.
@@ -205,6 +229,9 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	return f, nil
 }
 
+// Group returns the Forwarder's consumer group.
+func (f *Forwarder) Group() string { return f.cfg.Group }
+
 // Mode returns the delay mode in use: the configured one, or, with
 // DelayAuto, the one Start picked (DelayAuto before Start).
 func (f *Forwarder) Mode() DelayMode { return f.mode.Load().(DelayMode) }
@@ -244,6 +271,7 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		f.started = true
 		f.wg.Add(1)
 		go f.startWhenRouted()
+		f.startBeat()
 		return nil
 	}
 	if err != nil {
@@ -255,6 +283,31 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		return fmt.Errorf("rocketmq: start forwarder: %w", err)
 	}
 	f.started, f.consuming = true, true
+	f.startBeat()
+	return nil
+}
+
+// startBeat starts the heartbeat; f.mu is held.
+func (f *Forwarder) startBeat() {
+	f.beat = heartbeat.Start(f.cfg.DB, f.cfg.Heartbeat, fleet.KindForwarder, f.cfg.Group, f.Health, &f.counts, f.log)
+}
+
+// Health reports whether the Forwarder can forward now: it was started
+// and not closed, and the name servers answer for the delay topic. A
+// delay topic that does not exist yet is healthy (the Forwarder starts
+// consuming once it does, and no delayed message can be sent before).
+// Bounded by ctx.
+func (f *Forwarder) Health(ctx context.Context) error {
+	f.mu.Lock()
+	started, closed := f.started, f.closed
+	f.mu.Unlock()
+	if err := lifecycle("forwarder", f.cfg.Group, started, closed); err != nil {
+		return err
+	}
+	err := askTopicRoutes(ctx, &f.cfg.Conn, []string{f.cfg.brokerTopic(f.cfg.Topic)})
+	if err != nil && !errors.Is(err, txmsg.ErrTopicNotFound) {
+		return fmt.Errorf("rocketmq: forwarder of group %q: %w", f.cfg.Group, err)
+	}
 	return nil
 }
 
@@ -304,7 +357,9 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	}
 	f.closed = true
 	close(f.stop)
+	beat := f.beat
 	f.mu.Unlock()
+	beat.Stop(ctx)
 	f.wg.Wait()
 	var err error
 	if f.consuming {
@@ -318,6 +373,7 @@ func (f *Forwarder) consume(ctx context.Context, msgs ...*primitive.MessageExt) 
 	for _, ext := range msgs {
 		if err := f.forward(ctx, ext); err != nil {
 			f.log.Warn("cannot forward a delayed message; the broker delivers it again", "txmsg_id", ext.GetProperty(txmsg.PropertyID), "err", err)
+			f.counts.Failed()
 			return consumer.ConsumeRetryLater, nil
 		}
 	}
@@ -335,7 +391,21 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 			"broker_msg_id", ext.MsgId, "txmsg_id", m.ID)
 		return nil
 	}
+	for _, k := range brokerTimerProperties {
+		delete(m.Properties, k)
+	}
 	if f.Mode() == DelayTimer {
+		if ext.GetProperty(propertyTimerOutMs) != "" {
+			// Back from the broker's timer. It normally brings a message
+			// back less than TimerPrecision+timerLead before its due time;
+			// more means the broker's clock runs ahead of this host's, and
+			// another timer would bring it back at once: the delay levels
+			// do not depend on the broker's clock.
+			if time.Until(rec.DueAt) <= 2*(f.cfg.TimerPrecision+timerLead) {
+				return f.sendWhenDue(ctx, m, rec.DueAt)
+			}
+			return f.byLevels(ctx, m, rec.DueAt)
+		}
 		err := f.byTimer(ctx, m, rec.DueAt)
 		if err == nil || !timerRefused(err) {
 			return err
@@ -353,16 +423,21 @@ func (f *Forwarder) forward(ctx context.Context, ext *primitive.MessageExt) erro
 	return f.byLevels(ctx, m, rec.DueAt)
 }
 
-// byTimer sends m to its topic with the broker's timer set to due.
+// byTimer sends m through the delay topic with the broker's timer set to
+// fire before its due time, or, when the next timer could not fire before
+// it, waits out the time left and sends m to its topic.
 func (f *Forwarder) byTimer(ctx context.Context, m *txmsg.Message, due time.Time) error {
-	pm := toPrimitive(m)
-	if time.Until(due) > 0 {
-		pm.WithProperty(propertyTimerDeliverMs, strconv.FormatInt(timerDeliverMs(due, f.cfg.TimerPrecision), 10))
+	at, hop := timerHop(time.Now(), due, f.cfg.TimerPrecision)
+	if !hop {
+		return f.sendWhenDue(ctx, m, due)
 	}
+	pm := toPrimitive(m)
+	pm.Topic = f.cfg.Topic
+	pm.WithProperty(propertyTimerDeliverMs, strconv.FormatInt(at, 10))
 	if err := f.pub.sendOne(ctx, pm); err != nil {
 		return err
 	}
-	f.forwarded.Add(1)
+	f.chained.Add(1)
 	return f.sent()
 }
 
@@ -370,9 +445,9 @@ func (f *Forwarder) byTimer(ctx context.Context, m *txmsg.Message, due time.Time
 // or, when less than the smallest level is left, waits and sends it to its
 // topic.
 func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Time) error {
-	pm := toPrimitive(m)
-	level, wait := nextHop(time.Until(due), f.cfg.DelayLevels)
+	level, _ := nextHop(time.Until(due), f.cfg.DelayLevels)
 	if level > 0 {
+		pm := toPrimitive(m)
 		pm.Topic = f.cfg.Topic
 		pm.WithDelayTimeLevel(level)
 		if err := f.pub.sendOne(ctx, pm); err != nil {
@@ -381,7 +456,13 @@ func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Tim
 		f.chained.Add(1)
 		return f.sent()
 	}
-	if wait > 0 {
+	return f.sendWhenDue(ctx, m, due)
+}
+
+// sendWhenDue waits until due (by this host's clock) and sends m to its
+// topic. The wait holds one of the Concurrency consumers.
+func (f *Forwarder) sendWhenDue(ctx context.Context, m *txmsg.Message, due time.Time) error {
+	if wait := time.Until(due); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -393,10 +474,11 @@ func (f *Forwarder) byLevels(ctx context.Context, m *txmsg.Message, due time.Tim
 			return ctx.Err()
 		}
 	}
-	if err := f.pub.sendOne(ctx, pm); err != nil {
+	if err := f.pub.sendOne(ctx, toPrimitive(m)); err != nil {
 		return err
 	}
 	f.forwarded.Add(1)
+	f.counts.Sent()
 	return f.sent()
 }
 
@@ -420,6 +502,16 @@ func (f *Forwarder) sent() error {
 // delivery time in Unix milliseconds.
 const propertyTimerDeliverMs = "TIMER_DELIVER_MS"
 
+// propertyTimerOutMs is set by the broker (5.x) on a message its timer
+// held: the slot it fired from.
+const propertyTimerOutMs = "TIMER_OUT_MS"
+
+// brokerTimerProperties are what the broker's timer adds to a message it
+// held (MessageConst). The forwarder drops them, so that consumers of the
+// message's topic see the properties its producer set.
+var brokerTimerProperties = []string{propertyTimerOutMs, "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+	"TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL"}
+
 // nextHop decides the next step of a message due in left on a broker with
 // the delay levels levels (level 1 first, ascending): level > 0 means
 // "send it through the delay topic with that level", the largest level
@@ -436,20 +528,33 @@ func nextHop(left time.Duration, levels []time.Duration) (level int, wait time.D
 	return 0, max(left, 0)
 }
 
-// timerDeliverMs is the TIMER_DELIVER_MS to ask of a broker whose timer
-// precision is precision for a message due at due. The broker rounds the
-// time down to a multiple of precision (and an exact multiple down by one
-// more), so this asks for the first multiple not before due, plus 1 ms.
-func timerDeliverMs(due time.Time, precision time.Duration) int64 {
-	p := precision.Milliseconds()
-	ms := due.UnixMilli()
-	if due.Sub(time.UnixMilli(ms)) > 0 {
-		ms++
+// timerLead is how long before a message's due time the broker's timer
+// is set to bring it back to the forwarder: room for the timer's own lag
+// (its dequeue service polls every 100 ms) and the trip through the
+// delay topic, so that the message is back before it is due and the
+// forwarder sends it on at its due time.
+const timerLead = 300 * time.Millisecond
+
+// timerHop decides, at now, how a message due at due goes on a broker
+// whose timerPrecisionMs is precision. hop true: send it through the delay
+// topic with TIMER_DELIVER_MS at; false: less than precision+timerLead is
+// left, so wait out the rest and send it to its topic.
+//
+// The broker (HookUtils.handleScheduleMessage) puts a message in the
+// timer slot of TIMER_DELIVER_MS rounded down to a multiple of precision,
+// an exact multiple one step further down, and TimerMessageStore delivers
+// a slot once the current time has passed the slot's end (the slot is
+// before the current time rounded down). Asking for due-precision-timerLead
+// therefore brings the message back between due-precision-timerLead and
+// due-timerLead, plus the broker's lag: never after the due time while the
+// lag stays under timerLead, so the event's lateness is the forwarder's
+// own sending time, and the forwarder waits at most precision+timerLead.
+func timerHop(now, due time.Time, precision time.Duration) (at int64, hop bool) {
+	back := due.Add(-precision - timerLead)
+	if !back.After(now) {
+		return 0, false
 	}
-	if p <= 1 {
-		return ms + 1
-	}
-	return (ms+p-1)/p*p + 1
+	return back.UnixMilli(), true
 }
 
 // codeGetBrokerRuntimeInfo is RocketMQ's GET_BROKER_RUNTIME_INFO request.

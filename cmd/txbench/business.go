@@ -49,6 +49,8 @@ func (b *bench) phase(ctx context.Context, p string) error {
 		return b.runCost(ctx)
 	case "scale":
 		return b.runScale(ctx)
+	case "delay":
+		return b.runDelay(ctx)
 	}
 	return fmt.Errorf("unknown phase %q", p)
 }

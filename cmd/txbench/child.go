@@ -43,6 +43,9 @@ type childSpec struct {
 	// stdin closes, and the parent measures the drain.
 	RelayName string
 	Gated     bool
+	// Waiting: the table also holds rows not due yet, which do not count
+	// as pending once the Expect rows are drained.
+	Waiting bool
 }
 
 // childResult is what the relay process measured, printed as JSON on its
@@ -197,7 +200,12 @@ func runChildRelays(ctx context.Context, spec childSpec, stdin io.Reader, stdout
 	}
 	for {
 		var pending int64
-		err := db.WithContext(ctx).Table(spec.Table).Where("status = ?", outbox.StatusPending).Count(&pending).Error
+		q := db.WithContext(ctx).Table(spec.Table).Where("status = ?", outbox.StatusPending)
+		if spec.Waiting {
+			// The claim's own range: the rows due now.
+			q = q.Where("next_attempt_at <= UTC_TIMESTAMP(6)")
+		}
+		err := q.Count(&pending).Error
 		if err != nil {
 			return nil, err
 		}

@@ -36,6 +36,12 @@ const fillChunk = 1000
 // EnqueueTx, in transactions of fillChunk rows, from FillWorkers writers.
 // This is setup, not measured.
 func (b *bench) fillBacklog(ctx context.Context, label, table, topic string, n int) error {
+	return b.fillBacklogAt(ctx, label, table, topic, n, time.Time{})
+}
+
+// fillBacklogAt is fillBacklog with rows due at due (txmsg.WithDeliverAt);
+// the zero time writes rows due at once.
+func (b *bench) fillBacklogAt(ctx context.Context, label, table, topic string, n int, due time.Time) error {
 	db, err := openPool(b.env.fillDSN, b.cfg.FillWorkers+2)
 	if err != nil {
 		return err
@@ -69,7 +75,9 @@ func (b *bench) fillBacklog(ctx context.Context, label, table, topic string, n i
 				end := min(start+fillChunk, int64(n))
 				msgs = msgs[:0]
 				for i := start; i < end; i++ {
-					msgs = append(msgs, backlogMsg(topic, i))
+					m := backlogMsg(topic, i)
+					m.DeliverAt = due
+					msgs = append(msgs, m)
 				}
 				err := db.WithContext(gctx).Transaction(func(tx *gorm.DB) error {
 					return ob.EnqueueTx(gctx, tx, msgs...)

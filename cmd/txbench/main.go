@@ -30,6 +30,11 @@
 //	B7  relay drain rate and resident memory with a 1,000,000-row backlog
 //	B8  consumer throughput, concurrent (txrmq.Consumer) next to ordered
 //	    (txrmq.OrderedConsumer), for one sharding key and for many
+//	DR/DT/DL  delay phase: lateness of delayed events after their due
+//	    time with the broker's own timer (raw client), in transactional
+//	    mode (the Forwarder) and in local-table mode (the relay); DN/DF
+//	    relays draining due rows without and with a backlog of rows due in
+//	    a day
 //	Sn  scale-out (-phases scale, not part of all): n relay processes,
 //	    one relay each, drain a backlog, next to Rn, the raw client
 //	    sending as many messages from n workers, for each n of
@@ -107,6 +112,9 @@ type config struct {
 	ConsumeCount    int
 	ConsumeTimeout  time.Duration
 	ScaleRelays     string
+	DelayEvents     int
+	DelayMin        time.Duration
+	FutureRows      int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -134,7 +142,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.Queues, "queues", 8, "write queues of each topic the run creates")
 	fs.IntVar(&c.ConsumeCount, "consume-count", 10_000, "events each B8 consumer handles")
 	fs.DurationVar(&c.ConsumeTimeout, "consume-timeout", 5*time.Minute, "longest wait for one B8 consumer to handle its events")
-	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,f2,f3,b0r,b1r,b2r,b3r,f2r,f3r (those named run interleaved),cost,b4,b5,b6,b7,b8 (b4 includes r0, b5 r5, b6 b6k, p6 and b6c), and scale, which all does not include")
+	fs.StringVar(&c.Phases, "phases", "all", "comma-separated phases to run: b0,b1,b2,b3,f2,f3,b0r,b1r,b2r,b3r,f2r,f3r (those named run interleaved),cost,b4,b5,b6,b7,b8,delay (b4 includes r0, b5 r5, b6 b6k, p6 and b6c), and scale, which all does not include")
+	fs.IntVar(&c.DelayEvents, "delay-events", 200, "delayed events sent by each lateness phase of delay (DR, DT, DL)")
+	fs.DurationVar(&c.DelayMin, "delay-min", 3*time.Second, "shortest delay of the lateness phases; due times spread over the next second")
+	fs.IntVar(&c.FutureRows, "future-rows", 1_000_000, "rows due in a day next to the due backlog of DF (delay phase)")
 	fs.StringVar(&c.ScaleRelays, "scale-relays", "1,2,4,8,16,32", "relay process counts of the scale phase, each next to the raw client with as many workers")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.Smoke, "smoke", false, "tiny counts and durations: checks the harness end to end in seconds, measures nothing")
@@ -163,9 +174,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.Queues = 2
 		c.ConsumeCount = 200
 		c.ConsumeTimeout = time.Minute
+		c.DelayEvents = 10
+		c.DelayMin = 2 * time.Second
+		c.FutureRows = 1000
 	}
 	if c.Workers <= 0 || c.Relays <= 0 || c.FillWorkers <= 0 || c.Backlog <= 0 || c.BigBacklog <= 0 || c.ResolveRows <= 0 || c.ResolveCachedTx <= 0 || c.Queues <= 0 ||
-		c.ConsumeCount <= 1 || c.ConsumeTimeout <= 0 {
+		c.ConsumeCount <= 1 || c.ConsumeTimeout <= 0 || c.DelayEvents <= 0 || c.DelayMin <= 0 || c.FutureRows <= 0 {
 		return nil, errors.New("counts must be positive")
 	}
 	if c.Trials < minRounds || c.Trial <= 0 {
@@ -177,7 +191,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 // phases in run order. "business" and "business-r" are the interleaved
 // groups of the business phases b0-f3 and b0r-f3r, run when any of their
 // phases is enabled.
-var allPhases = []string{"business", "business-r", "cost", "b5", "b6", "b8", "b4", "b7", "scale"}
+var allPhases = []string{"business", "business-r", "cost", "b5", "b6", "b8", "b4", "b7", "delay", "scale"}
 
 func (c *config) enabled(phase string) bool {
 	if phase == "business" || phase == "business-r" {

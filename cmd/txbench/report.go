@@ -57,6 +57,11 @@ var headline = []string{
 	"resolve_cached_per_s", "resolve_cached_p99_ms", "resolve_cached_serial_per_s", "resolve_cached_serial_p99_ms",
 	"ratio_resolve_cached_db", "ratio_resolve_cached_serial_db",
 	"relay_rss_mib_1m", "ratio_drain_1m_vs_100k",
+	"delay_late_p50_ms_raw", "delay_late_p99_ms_raw", "delay_late_max_ms_raw",
+	"delay_late_p50_ms_tx", "delay_late_p99_ms_tx", "delay_late_max_ms_tx",
+	"delay_late_p50_ms_local", "delay_late_p99_ms_local", "delay_late_max_ms_local",
+	"ratio_delay_late_p99_tx_vs_raw", "ratio_delay_late_p99_local_vs_raw",
+	"delay_drain_msgs_per_s_none", "delay_drain_msgs_per_s_future", "ratio_drain_future_vs_none",
 }
 
 // targets are the goals each headline ratio or figure is judged against.
@@ -85,6 +90,9 @@ var targets = []struct {
 	{"resolve_cached_p99_ms", "≤ 5", func(v float64) bool { return v <= 5 }},
 	{"ratio_drain_1m_vs_100k", "≥ 0.8", func(v float64) bool { return v >= 0.8 }},
 	{"relay_rss_mib_1m", "< 100", func(v float64) bool { return v < 100 }},
+	{"delay_late_p99_ms_tx", "≤ 1000", func(v float64) bool { return v <= 1000 }},
+	{"delay_late_p99_ms_local", "≤ 1000", func(v float64) bool { return v <= 1000 }},
+	{"ratio_drain_future_vs_none", "≥ 0.90", func(v float64) bool { return v >= 0.90 }},
 }
 
 func newResults() *results {

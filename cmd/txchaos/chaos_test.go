@@ -247,6 +247,65 @@ func TestEvaluateFindsEachViolation(t *testing.T) {
 	require.True(t, strings.Contains(strings.Join(v.Examples, "\n"), "I5 handler: key d seq 1 handled after seq 2"), v.Examples)
 }
 
+// TestEvaluateDelayed: a delayed event received before its due time (on
+// any delivery) is D1, one first handled later than the bound after it is
+// D2; on-time events, a receipt within the due time's millisecond and
+// events without a delay are neither, and the lateness of the first
+// handling is measured.
+func TestEvaluateDelayed(t *testing.T) {
+	t.Parallel()
+	due := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := &snapshot{
+		Attempts: map[string]*attempt{}, Orders: map[string]orderRow{}, Barrier: map[string]string{},
+		Outbox: map[string]outbox.Status{}, Stored: map[string][]storedMsg{}, StoredComplete: true,
+		LateBound: time.Minute,
+	}
+	add := func(id string, late time.Duration, delayed bool) {
+		s.Attempts[id] = &attempt{ID: id, Mode: modeOutbox, Key: id, Seq: 1, Outcome: outcomeCommitted}
+		s.Orders[id] = orderRow{ID: id, Mode: modeOutbox, ShardKey: id, Seq: 1}
+		s.Outbox[id] = outbox.StatusSent
+		s.Stored[modeOutbox] = append(s.Stored[modeOutbox], storedMsg{ID: id, Key: id, Seq: 1})
+		e := effectRow{MsgID: id, Mode: modeOutbox, ShardKey: id, Seq: 1, ReceivedAt: due.Add(late)}
+		if delayed {
+			d := due
+			e.DueAt = &d
+		}
+		s.Effects = append(s.Effects, e)
+	}
+	add("on-time", 20*time.Millisecond, true)
+	add("same-ms", -500*time.Microsecond, true)
+	add("late-ok", 59*time.Second, true)
+	add("plain", -time.Hour, false)
+	clean := evaluate(s)
+	require.Zero(t, clean.violations(), clean.Examples)
+	require.Equal(t, 3, clean.Delayed)
+	require.InDelta(t, 20, clean.DelayedLateP50, 0.001)
+	require.InDelta(t, 59000, clean.DelayedLateMax, 0.001)
+
+	add("early", -10*time.Millisecond, true)
+	add("too-late", 61*time.Second, true)
+	v := evaluate(s)
+	require.Equal(t, 1, v.Early, v.Examples)
+	require.Equal(t, 1, v.LateDelayed, v.Examples)
+	require.Equal(t, 2, v.violations(), v.Examples)
+	examples := strings.Join(v.Examples, "\n")
+	require.Contains(t, examples, "D1 early: outbox event early")
+	require.Contains(t, examples, "D2 late: delayed event too-late")
+
+	// An early redelivery counts even when the first handling was on
+	// time; lateness is the first handling's.
+	s = &snapshot{Attempts: s.Attempts, Orders: s.Orders, Barrier: s.Barrier, Outbox: s.Outbox, Stored: s.Stored, StoredComplete: true}
+	d := due
+	s.Effects = []effectRow{
+		{MsgID: "on-time", Mode: modeOutbox, ShardKey: "on-time", Seq: 1, ReceivedAt: due.Add(time.Second), DueAt: &d},
+		{MsgID: "on-time", Mode: modeOutbox, ShardKey: "on-time", Seq: 1, ReceivedAt: due.Add(-time.Second), DueAt: &d},
+	}
+	v = evaluate(s)
+	require.Equal(t, 1, v.Early, v.Examples)
+	require.Zero(t, v.LateDelayed, "no bound: D2 unchecked")
+	require.InDelta(t, 1000, v.DelayedLateMax, 0.001)
+}
+
 // TestKeyMovedBetweenBrokersIsCountedApart: on a cluster, an ordered key
 // whose broker died is re-hashed to the other broker; an event the dead
 // broker stored just before is handled when it returns, after the key's

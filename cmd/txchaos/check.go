@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
 	"github.com/txmsg/txmsg/checker"
@@ -28,6 +30,9 @@ type snapshot struct {
 	// were committed by END_TRANSACTION or a check-back; other copies of a
 	// transactional-mode event were republished by the sweeper.
 	TxGroup string
+	// LateBound is how long after its due time a delayed event may be
+	// handled first (D2); zero leaves D2 unchecked.
+	LateBound time.Duration
 }
 
 // verdict holds the invariant checks' counts and a few examples of each
@@ -45,6 +50,15 @@ type verdict struct {
 	Parked            int `json:"parked"`             // I6: outbox rows parked
 	OutcomeMismatches int `json:"outcome_mismatches"` // producer told committed/rolled back, database says otherwise
 	Unrecorded        int `json:"unrecorded"`         // business rows without an attempt record
+	Early             int `json:"delayed_early"`      // D1: a delayed event handled from a delivery received before its due time
+	LateDelayed       int `json:"delayed_late"`       // D2: a delayed event first handled more than LateBound after its due time
+
+	// Delayed events handled, and the lateness of their first handling
+	// (received at minus due at), in milliseconds. Informational.
+	Delayed        int     `json:"delayed_handled"`
+	DelayedLateP50 float64 `json:"delayed_late_p50_ms"`
+	DelayedLateP99 float64 `json:"delayed_late_p99_ms"`
+	DelayedLateMax float64 `json:"delayed_late_max_ms"`
 
 	// Informational, not violations.
 	BrokerCopies            int `json:"broker_extra_copies"`       // second copies stored (consumers drop them)
@@ -69,7 +83,50 @@ type modeCounts struct {
 
 func (v *verdict) violations() int {
 	return v.Lost + v.Phantom + v.DuplicateEffects + v.Disagreements + v.OrderViolations + v.HandlerInversions +
-		v.Pending + v.Parked + v.OutcomeMismatches + v.Unrecorded
+		v.Pending + v.Parked + v.OutcomeMismatches + v.Unrecorded + v.Early + v.LateDelayed
+}
+
+// earlyTolerance: TXMSG_DELIVER_AT carries the due time rounded up to the
+// millisecond, so a delivery within that millisecond is on time.
+const earlyTolerance = time.Millisecond
+
+// checkDelayed checks D1 (no delayed event is received before its due
+// time, on any delivery) and D2 (each is first handled within LateBound
+// after it), and measures the lateness of the first handling.
+func checkDelayed(s *snapshot, v *verdict) {
+	first := map[string]time.Duration{}
+	for _, e := range s.Effects {
+		if e.DueAt == nil {
+			continue
+		}
+		late := e.ReceivedAt.Sub(*e.DueAt)
+		if late < -earlyTolerance {
+			v.Early++
+			v.example("D1 early: %s event %s received %v before its due time", e.Mode, e.MsgID, -late)
+		}
+		if _, seen := first[e.MsgID]; !seen {
+			first[e.MsgID] = late // effects are in insertion order
+		}
+	}
+	lates := make([]time.Duration, 0, len(first))
+	for id, late := range first {
+		lates = append(lates, late)
+		if s.LateBound > 0 && late > s.LateBound {
+			v.LateDelayed++
+			v.example("D2 late: delayed event %s first handled %v after its due time (bound %v)", id, late.Round(time.Millisecond), s.LateBound)
+		}
+	}
+	v.Delayed = len(lates)
+	if len(lates) == 0 {
+		return
+	}
+	slices.Sort(lates)
+	pct := func(p int) float64 {
+		i := (len(lates)*p + 99) / 100
+		return float64(lates[max(i-1, 0)]) / float64(time.Millisecond)
+	}
+	v.DelayedLateP50, v.DelayedLateP99 = pct(50), pct(99)
+	v.DelayedLateMax = float64(lates[len(lates)-1]) / float64(time.Millisecond)
 }
 
 const maxExamples = 25
@@ -81,7 +138,7 @@ func (v *verdict) example(format string, args ...any) {
 }
 
 // evaluate checks I1–I6 (I5 on the outbox topic, which ordered relays
-// publish) against s.
+// publish) and D1–D2 (delayed events) against s.
 func evaluate(s *snapshot) *verdict {
 	v := &verdict{Modes: map[string]*modeCounts{}}
 	for _, m := range modes {
@@ -261,6 +318,7 @@ func evaluate(s *snapshot) *verdict {
 	v.HandlerInversions = consumerInversions(kept, modeOutbox, v)
 	v.MovedKeyInversions = consumerInversions(movedEffects, modeOutbox, nil)
 	v.ConsumerOrderInversions = consumerInversions(s.Effects, modeTx, nil)
+	checkDelayed(s, v)
 	return v
 }
 

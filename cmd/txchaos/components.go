@@ -164,7 +164,11 @@ func runConsumer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 			e := effectRow{
 				MsgID: d.Message.ID, Mode: mode, ShardKey: d.Event.Key, Seq: d.Event.Seq,
 				OrderCreatedAt: time.UnixMicro(d.Event.CreatedAt).UTC(), HandledAt: time.Now().UTC(),
-				Attempt: d.Attempt, Pid: pid,
+				ReceivedAt: d.ReceivedAt.UTC(), Attempt: d.Attempt, Pid: pid,
+			}
+			if !d.DueAt.IsZero() {
+				due := d.DueAt.UTC()
+				e.DueAt = &due
 			}
 			if err := tx.Table(effectsTable).Create(&e).Error; err != nil {
 				return err

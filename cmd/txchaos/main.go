@@ -104,6 +104,10 @@ type config struct {
 	// DelayRatio is the share of transactions sent with txmsg.WithDelay
 	// (0.5 to 3 s), in both modes.
 	DelayRatio float64
+	// DelayLateBound is how long after its due time every delayed event
+	// must be handled (D2): the longest fault, the recovery after it and
+	// the consumer's redeliveries fit in it.
+	DelayLateBound time.Duration
 	// NoSweeper leaves the sweeper out, to show what it closes.
 	NoSweeper bool
 
@@ -132,6 +136,7 @@ func defaultConfig() config {
 		RelayNames:      relayNamesUnique,
 		RollbackRatio:   0.1,
 		DelayRatio:      0.1,
+		DelayLateBound:  2 * time.Minute,
 		Gap:             1500 * time.Millisecond,
 		RecoveryTimeout: 60 * time.Second,
 		Drain:           3 * time.Minute,
@@ -162,6 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.RelayNames, "relay-names", cfg.RelayNames, "relay names: unique (new name per process, like the library's default) or stable (kept across restarts)")
 	fs.Float64Var(&cfg.RollbackRatio, "rollback", cfg.RollbackRatio, "share of transactions whose business logic fails")
 	fs.Float64Var(&cfg.DelayRatio, "delayed", cfg.DelayRatio, "share of transactions sent with a delay of 0.5 to 3 s (txmsg.WithDelay)")
+	fs.DurationVar(&cfg.DelayLateBound, "delayed-late-bound", cfg.DelayLateBound, "D2: every delayed event is handled within this long after its due time")
 	fs.DurationVar(&cfg.Gap, "gap", cfg.Gap, "longest quiet time between a recovery and the next fault")
 	fs.DurationVar(&cfg.RecoveryTimeout, "recovery-timeout", cfg.RecoveryTimeout, "longest wait for recovery after a fault")
 	fs.DurationVar(&cfg.Drain, "drain", cfg.Drain, "deadline for pending work to drain after the faults")

@@ -44,8 +44,13 @@ type effectRow struct {
 	Seq            int       `gorm:"not null"`
 	OrderCreatedAt time.Time `gorm:"precision:6;not null;index:idx_chaos_effects_fresh,priority:2"`
 	HandledAt      time.Time `gorm:"precision:6;not null"`
-	Attempt        int       `gorm:"not null"`
-	Pid            int       `gorm:"not null"`
+	// ReceivedAt is when the consumer received the delivery it handled;
+	// DueAt the event's due time (txmsg.WithDelay), NULL for events sent
+	// without a delay.
+	ReceivedAt time.Time  `gorm:"precision:6"`
+	DueAt      *time.Time `gorm:"precision:6"`
+	Attempt    int        `gorm:"not null"`
+	Pid        int        `gorm:"not null"`
 }
 
 // orderEvent is the event both modes publish.

@@ -97,6 +97,12 @@ type summary struct {
 	Parked            int            `json:"parked"`
 	OutcomeMismatches int            `json:"outcome_mismatches"`
 	Unrecorded        int            `json:"unrecorded"`
+	DelayedEarly      int            `json:"delayed_early"`
+	DelayedLate       int            `json:"delayed_late"`
+	DelayedHandled    int            `json:"delayed_handled"`
+	DelayedLateP50MS  float64        `json:"delayed_late_p50_ms"`
+	DelayedLateP99MS  float64        `json:"delayed_late_p99_ms"`
+	DelayedLateMaxMS  float64        `json:"delayed_late_max_ms"`
 	Drained           bool           `json:"drained"`
 	MaxRecoveryMS     int64          `json:"max_recovery_ms"`
 	MaxRecoveryKind   string         `json:"max_recovery_kind,omitempty"`
@@ -127,6 +133,8 @@ func (r *report) summary() summary {
 		Faults: r.faultCounts(), Lost: v.Lost, Phantom: v.Phantom, DuplicateEffects: v.DuplicateEffects,
 		Disagreements: v.Disagreements, OrderViolations: v.OrderViolations, HandlerInversions: v.HandlerInversions, Pending: v.Pending, Parked: v.Parked,
 		OutcomeMismatches: v.OutcomeMismatches, Unrecorded: v.Unrecorded, Drained: r.Drained,
+		DelayedEarly: v.Early, DelayedLate: v.LateDelayed, DelayedHandled: v.Delayed,
+		DelayedLateP50MS: v.DelayedLateP50, DelayedLateP99MS: v.DelayedLateP99, DelayedLateMaxMS: v.DelayedLateMax,
 		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, KeysMovedBroker: v.KeysMovedBroker, MovedKeyInversions: v.MovedKeyInversions, SweptCommitted: r.SweptCommitted,
 		SweeperOnly: v.SweeperOnly,
 		Restarts:    r.Restarts, DataRaces: r.DataRaces, ElapsedS: int64(r.Elapsed.Seconds()), OK: r.OK(),
@@ -226,7 +234,9 @@ func (r *report) write(w io.Writer) {
 	if !r.AuditComplete {
 		audit = "INCOMPLETE"
 	}
-	fmt.Fprintf(w, "%s; broker audit %s\n\n", drain, audit)
+	fmt.Fprintf(w, "%s; broker audit %s\n", drain, audit)
+	fmt.Fprintf(w, "%d delayed events handled, after their due time p50 %.0f ms, p99 %.0f ms, max %.0f ms\n\n",
+		v.Delayed, v.DelayedLateP50, v.DelayedLateP99, v.DelayedLateMax)
 
 	checks := []struct {
 		name string
@@ -240,6 +250,8 @@ func (r *report) write(w io.Writer) {
 		{"I5 handled out of order (ordered consumer)", v.HandlerInversions},
 		{"I6 outbox rows pending", v.Pending},
 		{"I6 outbox rows parked", v.Parked},
+		{"D1 delayed events received before due", v.Early},
+		{"D2 delayed events handled late (bound)", v.LateDelayed},
 		{"producer outcome mismatches", v.OutcomeMismatches},
 		{"orders without an attempt record", v.Unrecorded},
 	}

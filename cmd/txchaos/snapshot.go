@@ -13,7 +13,8 @@ import (
 // snapshot reads the final state.
 func (r *runner) snapshot(ctx context.Context, stored map[string][]storedMsg, complete bool) (*snapshot, error) {
 	s := &snapshot{Orders: map[string]orderRow{}, Barrier: map[string]string{}, Outbox: map[string]outbox.Status{},
-		Stored: map[string][]storedMsg{}, StoredComplete: complete, TxGroup: r.txGroup()}
+		Stored: map[string][]storedMsg{}, StoredComplete: complete, TxGroup: r.txGroup(),
+		LateBound: r.cfg.DelayLateBound}
 	var err error
 	if s.Attempts, err = readAttempts(r.attemptDir); err != nil {
 		return nil, err

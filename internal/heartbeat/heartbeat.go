@@ -55,8 +55,9 @@ func (c *Counters) Consumed(outcome txmsg.Outcome, err error) {
 	}
 }
 
-// Swept counts a republished half message, Failed one failed attempt,
-// Parked one parked message.
+// Sent counts a message sent, Swept a republished half message, Failed
+// one failed attempt, Parked one parked message.
+func (c *Counters) Sent()   { c.sent.Add(1) }
 func (c *Counters) Swept()  { c.swept.Add(1) }
 func (c *Counters) Failed() { c.failed.Add(1) }
 func (c *Counters) Parked() { c.parked.Add(1) }
