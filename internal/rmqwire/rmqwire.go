@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -219,4 +220,60 @@ func decode(body []byte, v any) error {
 		return fmt.Errorf("cannot parse the name server's answer: %w (%.200q)", err, bytes.TrimSpace(body))
 	}
 	return nil
+}
+
+// Broker request and response codes the reconciler and the dashboard use.
+const (
+	codeQueryMessage         = 12
+	codeGetBrokerRuntimeInfo = 28
+	codeQueryNotFound        = 22
+)
+
+// QueryByKey asks the broker at addr for up to max messages of topic
+// stored under key (the broker's message key index) between from and to.
+// The index matches keys by hash, so the answer may hold messages with
+// other keys; callers compare. No message is an empty answer, not an
+// error.
+func QueryByKey(ctx context.Context, addr string, useTLS bool, topic, key string, max int, from, to time.Time) ([]byte, bool, error) {
+	ext := map[string]string{
+		"topic":             topic,
+		"key":               key,
+		"maxNum":            strconv.Itoa(max),
+		"beginTimestamp":    strconv.FormatInt(from.UnixMilli(), 10),
+		"endTimestamp":      strconv.FormatInt(to.UnixMilli(), 10),
+		"_UNIQUE_KEY_QUERY": "false",
+	}
+	a, err := Invoke(ctx, addr, useTLS, codeQueryMessage, ext)
+	if err != nil {
+		return nil, false, err
+	}
+	switch a.Code {
+	case codeSuccess:
+		return a.Body, true, nil
+	case codeQueryNotFound:
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("query %s by key on %s: code %d: %s", topic, addr, a.Code, a.Remark)
+	}
+}
+
+// RuntimeInfo asks the broker at addr for its runtime table
+// (GET_BROKER_RUNTIME_INFO): string values by name, among them
+// "bootTimestamp" (when the broker process started, in Unix
+// milliseconds) and "commitLogMaxOffset".
+func RuntimeInfo(ctx context.Context, addr string, useTLS bool) (map[string]string, error) {
+	a, err := Invoke(ctx, addr, useTLS, codeGetBrokerRuntimeInfo, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Code != codeSuccess {
+		return nil, fmt.Errorf("runtime info of %s: code %d: %s", addr, a.Code, a.Remark)
+	}
+	var out struct {
+		Table map[string]string `json:"table"`
+	}
+	if err := decode(a.Body, &out); err != nil {
+		return nil, fmt.Errorf("runtime info of %s: %w", addr, err)
+	}
+	return out.Table, nil
 }
