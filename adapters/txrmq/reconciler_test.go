@@ -293,3 +293,45 @@ func TestReconcilerReadsTheClusterAndStops(t *testing.T) {
 	require.NoError(t, rec.Close(cctx))
 	require.NoError(t, rec.Close(cctx))
 }
+
+// BenchmarkReconcilerCheck measures one pass over events the broker has,
+// per event checked, at Concurrency 1 and the default.
+func BenchmarkReconcilerCheck(b *testing.B) {
+	ctx := context.Background()
+	db := testbed.DB(b)
+	chk, err := checker.New(db, checker.Config{KeepMessages: true})
+	require.NoError(b, err)
+	require.NoError(b, chk.Migrate(ctx))
+	topic := testbed.Topic(b)
+	testbed.RequireBroker(b)
+	pub, err := NewPublisher(PublisherConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(b, "pub")})
+	require.NoError(b, err)
+	require.NoError(b, pub.Start(ctx))
+	b.Cleanup(func() { _ = pub.Close(context.Background()) })
+	const events = 500
+	var msgs []*txmsg.Message
+	for i := range events {
+		m := event(topic, fmt.Sprint(i))
+		require.NoError(b, db.Transaction(func(tx *gorm.DB) error { return chk.BeginMessage(ctx, tx, m) }))
+		msgs = append(msgs, m.Clone())
+	}
+	require.NoError(b, pub.Publish(ctx, msgs...))
+	now, _ := chk.Now(ctx)
+	for _, conc := range []int{1, DefaultReconcileConcurrency} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Concurrency: conc})
+			require.NoError(b, err)
+			require.Eventually(b, func() bool {
+				res, err := rec.Reconcile(ctx, now.Add(-time.Minute), now.Add(time.Minute))
+				return err == nil && len(res.Missing) == 0
+			}, 30*time.Second, 200*time.Millisecond)
+			b.ResetTimer()
+			for range b.N {
+				res, err := rec.Reconcile(ctx, now.Add(-time.Minute), now.Add(time.Minute))
+				require.NoError(b, err)
+				require.Equal(b, events, res.Checked)
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*events), "µs/event")
+		})
+	}
+}
