@@ -79,6 +79,8 @@ type ReconcilerConfig struct {
 	// QueryTimeout bounds one request to a name server or a broker.
 	// Default [DefaultReconcileQueryTimeout] (3 s).
 	QueryTimeout time.Duration
+	// DryRun reports the missing events without publishing them again.
+	DryRun bool
 	// Hooks observe the reconciler's passes (txmsg.HookReconciled). A hook
 	// that implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
@@ -169,11 +171,11 @@ type Reconciler struct {
 }
 
 // NewReconciler returns a reconciler reading src and publishing through
-// pub. cfg goes through [ReconcilerConfig.WithDefaults] and
+// pub (which may be nil with DryRun). cfg goes through [ReconcilerConfig.WithDefaults] and
 // [ReconcilerConfig.Validate]. It connects to nothing; call Start to watch
 // the cluster, or call Reconcile.
 func NewReconciler(src CommittedSource, pub txmsg.Publisher, cfg ReconcilerConfig) (*Reconciler, error) {
-	if src == nil || pub == nil {
+	if src == nil || (pub == nil && !cfg.DryRun) {
 		return nil, fmt.Errorf("%w: reconciler: the source and the publisher are required", txmsg.ErrInvalidConfig)
 	}
 	cfg = cfg.WithDefaults()
@@ -313,7 +315,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, since, until time.Time) (res
 		for _, m := range missing {
 			res.Missing = append(res.Missing, m.ID)
 		}
-		if len(missing) > 0 {
+		if len(missing) > 0 && !r.cfg.DryRun {
 			n, perr := r.republish(ctx, missing)
 			res.Republished += n
 			if perr != nil {
