@@ -202,9 +202,7 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 			return cmdParkedShow(ctx, e, rest[1:])
 		case "requeue":
 			return cmdParkedRequeue(ctx, e, rest[1:])
-		case "reconcile":
-		return cmdReconcile(ctx, e, rest)
-	case "purge":
+		case "purge":
 			return cmdParkedPurge(ctx, e, rest[1:])
 		default:
 			return usageError("unknown parked subcommand %q: want list, show, requeue or purge", rest[0])
