@@ -38,7 +38,7 @@ var metricFamilies = []struct{ name, help string }{
 	{"txmsg_relay_messages_total", "Messages an outbox relay tried to publish, by relay, table and result (ok, error)."},
 	{"txmsg_consumer_messages_total", "Messages a consumer decided about, by group, topic and result (handled, duplicate, parked, error)."},
 	{"txmsg_reconcile_passes_total", "Passes of a reconciler over a window of committed events, by reconciler and result (ok, error)."},
-	{"txmsg_reconcile_events_total", "Committed events a reconciler checked against the brokers, by reconciler and result (checked, missing, republished)."},
+	{"txmsg_reconcile_events_total", "Committed events a reconciler looked up on the brokers, by reconciler and result (checked, missing, republished)."},
 }
 
 var (
