@@ -252,14 +252,20 @@ func (r *Reconciler) watch(ctx context.Context) {
 	}
 }
 
-// afterChange reconciles the Window up to now, retrying until it goes
-// through or ctx ends: a broker that just came back may not answer yet.
+// afterChange reconciles from Window before now, retrying until a pass
+// goes through or ctx ends: a broker that just came back, or the name
+// server, may not answer yet. Each try reaches up to the source's clock at
+// that try, so a later change while it retries is covered too (its window
+// starts after this one's).
 func (r *Reconciler) afterChange(ctx context.Context) {
-	now, err := r.src.Now(ctx)
-	for attempt := 0; ; attempt++ {
+	var since time.Time
+	for {
+		now, err := r.src.Now(ctx)
 		if err == nil {
-			_, err = r.Reconcile(ctx, now.Add(-r.cfg.Window), now.Add(r.cfg.Interval))
-			if err == nil {
+			if since.IsZero() {
+				since = now.Add(-r.cfg.Window)
+			}
+			if _, err = r.Reconcile(ctx, since, now.Add(r.cfg.Interval)); err == nil {
 				return
 			}
 		}
@@ -271,11 +277,6 @@ func (r *Reconciler) afterChange(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(r.cfg.Interval):
-		}
-		if now.IsZero() {
-			now, err = r.src.Now(ctx)
-		} else {
-			err = nil
 		}
 	}
 }
