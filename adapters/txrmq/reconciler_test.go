@@ -1,10 +1,16 @@
 package txrmq
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,4 +340,126 @@ func BenchmarkReconcilerCheck(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*events), "µs/event")
 		})
 	}
+}
+
+// rewritingNameServer answers as the test bed's name server does, with
+// the broker's address replaced by whatever addr holds: a broker group
+// whose master moves, while the broker behind it stays the real one.
+type rewritingNameServer struct {
+	ln   net.Listener
+	real string
+	from string
+	addr atomic.Value // string: the master's address to announce
+}
+
+func newRewritingNameServer(t *testing.T) *rewritingNameServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ns := &rewritingNameServer{ln: ln, real: testbed.NameServer(), from: testbed.Broker()}
+	ns.addr.Store(testbed.Broker())
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go ns.serve(c)
+		}
+	}()
+	return ns
+}
+
+func (ns *rewritingNameServer) serve(c net.Conn) {
+	defer c.Close()
+	for {
+		var lens [8]byte
+		if _, err := io.ReadFull(c, lens[:]); err != nil {
+			return
+		}
+		total := binary.BigEndian.Uint32(lens[0:4])
+		hlen := binary.BigEndian.Uint32(lens[4:8]) & 0xFFFFFF
+		rest := make([]byte, total-4)
+		if _, err := io.ReadFull(c, rest); err != nil {
+			return
+		}
+		var req struct {
+			Code      int               `json:"code"`
+			Opaque    int32             `json:"opaque"`
+			ExtFields map[string]string `json:"extFields"`
+		}
+		if err := json.Unmarshal(rest[:hlen], &req); err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		a, err := rmqwire.Invoke(ctx, ns.real, false, req.Code, req.ExtFields)
+		cancel()
+		if err != nil {
+			return
+		}
+		body := bytes.ReplaceAll(a.Body, []byte(ns.from), []byte(ns.addr.Load().(string)))
+		h, _ := json.Marshal(map[string]any{"code": a.Code, "language": "JAVA", "version": 0, "opaque": req.Opaque, "flag": 1, "remark": a.Remark, "extFields": a.Ext})
+		frame := make([]byte, 8, 8+len(h)+len(body))
+		binary.BigEndian.PutUint32(frame[0:4], uint32(4+len(h)+len(body)))
+		binary.BigEndian.PutUint32(frame[4:8], uint32(len(h)))
+		frame = append(append(frame, h...), body...)
+		if _, err := c.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// The watcher notices a broker group's master moving (here: announced at
+// another address, a proxy to the same broker) and reconciles the window
+// before it by itself: the committed event the broker never received is
+// published again, once; the one it has is not.
+func TestReconcilerWatchesTheMasterMoveAndReconciles(t *testing.T) {
+	t.Parallel()
+	testbed.RequireBroker(t)
+	ctx := context.Background()
+	db := testbed.DB(t)
+	chk, err := checker.New(db, checker.Config{KeepMessages: true})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	topic := testbed.Topic(t)
+	obs := testbed.Observe(t, topic, nil)
+	pub := newTestPublisher(t, 0)
+
+	present, lost := event(topic, "present"), event(topic, "lost")
+	for _, m := range []*txmsg.Message{present, lost} {
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.BeginMessage(ctx, tx, m) }))
+	}
+	require.NoError(t, pub.Publish(ctx, present.Clone()))
+	obs.Delivered(t, present.ID)
+
+	ns := newRewritingNameServer(t)
+	hook := &reconcileHook{}
+	rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{ns.ln.Addr().String()}},
+		Interval: 200 * time.Millisecond, Hooks: txmsg.Hooks{hook}})
+	require.NoError(t, err)
+	require.NoError(t, rec.Start(ctx))
+	t.Cleanup(func() { _ = rec.Close(context.Background()) })
+
+	// The baseline: no pass while nothing changes.
+	time.Sleep(time.Second)
+	hook.mu.Lock()
+	require.Empty(t, hook.passes, "no change, no pass")
+	hook.mu.Unlock()
+
+	// broker-a's master is now announced elsewhere: a failover.
+	ns.addr.Store(testbed.NewProxy(t, testbed.Broker()).Addr())
+	obs.DeliveredOnce(t, lost.ID)
+	require.Eventually(t, func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		return len(hook.passes) > 0
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, [3]int{2, 1, 1}, hook.last())
+	time.Sleep(time.Second)
+	require.Equal(t, 1, obs.Count(present.ID))
+	require.Equal(t, 1, obs.Count(lost.ID))
+	hook.mu.Lock()
+	require.Len(t, hook.passes, 1, "one change, one pass")
+	hook.mu.Unlock()
 }
