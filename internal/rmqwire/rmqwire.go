@@ -1,7 +1,10 @@
 // Package rmqwire speaks RocketMQ's remoting protocol for one request at
-// a time, bounded by a context: the framing ([Invoke]) and the name
+// a time, bounded by a context: the framing ([Invoke]), the name
 // server's two answers txmsg reads (a topic's route and the cluster's
-// brokers). The dashboard's broker queries build on Invoke too. The client library's own calls take no context and
+// brokers), and two broker reads of the reconciler's (messages by key,
+// [QueryByKey], which the dashboard uses too, and a broker's runtime
+// information, [RuntimeInfo]). The dashboard's other broker queries build
+// on Invoke. The client library's own calls take no context and
 // wait up to 6 s per name server and topic, and the client reports a name
 // server that does not answer the same way as a topic that does not exist.
 package rmqwire
