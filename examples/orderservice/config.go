@@ -60,7 +60,8 @@ type Config struct {
 	// a failover or a master restart it publishes again the committed
 	// events of the last ReconcileWindow that the brokers lost.
 	Reconcile bool
-	// ReconcileWindow is how far before such a change it looks.
+	// ReconcileWindow is how far before such a change it looks; 0 means
+	// txrmq.DefaultReconcileWindow.
 	ReconcileWindow time.Duration
 	// ShutdownTimeout bounds the graceful shutdown.
 	ShutdownTimeout time.Duration
@@ -169,8 +170,8 @@ func (c *Config) validate() error {
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("shutdown-timeout must be positive"))
 	}
-	if c.ReconcileWindow <= 0 {
-		errs = append(errs, errors.New("reconcile-window must be positive"))
+	if c.ReconcileWindow < 0 {
+		errs = append(errs, errors.New("reconcile-window must not be negative (0 means 2m)"))
 	}
 	return errors.Join(errs...)
 }
