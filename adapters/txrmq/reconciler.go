@@ -304,6 +304,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, since, until time.Time) (res
 			"missing", len(res.Missing), "republished", res.Republished, "took", time.Since(start), "err", err)
 	}()
 	routes := map[string][]string{}
+	conns := &connPool{tls: r.cfg.TLS, idle: map[string][]*rmqwire.Conn{}}
+	defer conns.close()
 	after := ""
 	for {
 		msgs, next, unkept, err := r.src.Committed(ctx, since, until, after, r.cfg.Batch)
@@ -311,7 +313,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, since, until time.Time) (res
 			return res, fmt.Errorf("reconciler: %w", err)
 		}
 		res.Unkept += unkept
-		missing, err := r.check(ctx, msgs, routes, since)
+		missing, err := r.check(ctx, conns, msgs, routes, since)
 		res.Checked += len(msgs)
 		for _, m := range missing {
 			res.Missing = append(res.Missing, m.ID)
@@ -335,7 +337,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, since, until time.Time) (res
 
 // check looks msgs up on the brokers and returns those none has. It
 // returns the missing ones it found before an error too.
-func (r *Reconciler) check(ctx context.Context, msgs []*txmsg.Message, routes map[string][]string, since time.Time) ([]*txmsg.Message, error) {
+func (r *Reconciler) check(ctx context.Context, conns *connPool, msgs []*txmsg.Message, routes map[string][]string, since time.Time) ([]*txmsg.Message, error) {
 	for _, m := range msgs {
 		if _, ok := routes[m.Topic]; ok {
 			continue
@@ -359,7 +361,7 @@ func (r *Reconciler) check(ctx context.Context, msgs []*txmsg.Message, routes ma
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			found[i], errs[i] = r.present(ctx, routes[m.Topic], m, from, to)
+			found[i], errs[i] = r.present(ctx, conns, routes[m.Topic], m, from, to)
 		}()
 	}
 	wg.Wait()
@@ -377,12 +379,12 @@ func (r *Reconciler) check(ctx context.Context, msgs []*txmsg.Message, routes ma
 
 // present reports whether a broker of addrs has m, by its txmsg ID in the
 // key index. Every broker must answer for "no".
-func (r *Reconciler) present(ctx context.Context, addrs []string, m *txmsg.Message, from, to time.Time) (bool, error) {
+func (r *Reconciler) present(ctx context.Context, conns *connPool, addrs []string, m *txmsg.Message, from, to time.Time) (bool, error) {
 	var errs []error
 	topic := r.cfg.brokerTopic(m.Topic)
 	for _, addr := range addrs {
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		body, ok, err := rmqwire.QueryByKey(qctx, addr, r.cfg.TLS, topic, m.ID, 32, from, to)
+		body, ok, err := conns.queryByKey(qctx, addr, topic, m.ID, from, to)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
@@ -402,6 +404,52 @@ func (r *Reconciler) present(ctx context.Context, addrs []string, m *txmsg.Messa
 		return false, fmt.Errorf("reconciler: look %s up in %s: %w", m.ID, m.Topic, errors.Join(errs...))
 	}
 	return false, nil
+}
+
+// connPool keeps the connections of one pass to the brokers, so that
+// each lookup costs a round trip, not a connect as well. Connections are
+// closed at the end of the pass.
+type connPool struct {
+	tls  bool
+	mu   sync.Mutex
+	idle map[string][]*rmqwire.Conn
+}
+
+// queryByKey looks key up on the broker at addr over an idle connection,
+// or a new one.
+func (p *connPool) queryByKey(ctx context.Context, addr, topic, key string, from, to time.Time) ([]byte, bool, error) {
+	p.mu.Lock()
+	var c *rmqwire.Conn
+	if n := len(p.idle[addr]); n > 0 {
+		c, p.idle[addr] = p.idle[addr][n-1], p.idle[addr][:n-1]
+	}
+	p.mu.Unlock()
+	if c == nil {
+		var err error
+		if c, err = rmqwire.Dial(ctx, addr, p.tls); err != nil {
+			return nil, false, err
+		}
+	}
+	body, ok, err := c.QueryByKey(ctx, topic, key, 32, from, to)
+	if err != nil {
+		_ = c.Close()
+		return nil, false, err
+	}
+	p.mu.Lock()
+	p.idle[addr] = append(p.idle[addr], c)
+	p.mu.Unlock()
+	return body, ok, nil
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cs := range p.idle {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}
+	p.idle = nil
 }
 
 // republish publishes msgs again and returns how many went through.
