@@ -87,3 +87,27 @@ func (c *Checker) Committed(ctx context.Context, since, until time.Time, after s
 // Now returns the time on the clock that stamps barrier rows: the
 // producer's, in UTC. Committed's window is read on it.
 func (c *Checker) Now(context.Context) (time.Time, error) { return time.Now().UTC(), nil }
+
+// ForgetMessages clears the message kept by the barrier rows created in
+// [from, before) (see [Config.KeepMessages]), in batches of batch rows (0
+// means [txmsg.DefaultPurgeBatch]), and returns how many rows it
+// cleared. The rows stay, with their state, for check-backs. A reconciler
+// calls it so that the barrier keeps messages only as long as it may need
+// them; from bounds the index range each call reads.
+func (c *Checker) ForgetMessages(ctx context.Context, from, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = txmsg.DefaultPurgeBatch
+	}
+	var total int64
+	for {
+		res := c.q.WithContext(ctx).Exec("UPDATE `"+c.cfg.Table+"` SET topic = NULL, message = NULL "+
+			"WHERE created_at >= ? AND created_at < ? AND message IS NOT NULL LIMIT ?", from.UTC(), before.UTC(), batch)
+		if res.Error != nil {
+			return total, fmt.Errorf("checker: forget kept messages in %s: %w", c.cfg.Table, res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+	}
+}

@@ -67,6 +67,38 @@ func TestKeepMessagesRoundTripsThroughCommitted(t *testing.T) {
 	require.Empty(t, msgs, "the window bounds the rows")
 }
 
+// ForgetMessages clears the kept messages of old rows only, and keeps
+// the rows.
+func TestForgetMessagesKeepsTheRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testbed.DB(t)
+	chk, err := checker.New(db, checker.Config{KeepMessages: true})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	var ids []string
+	for range 5 {
+		m := &txmsg.Message{ID: txmsg.NewID(), Topic: "orders", Body: []byte("x")}
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.BeginMessage(ctx, tx, m) }))
+		ids = append(ids, m.ID)
+	}
+	require.NoError(t, db.Table(chk.Table()).Where("tx_id IN ?", [][]byte{[]byte(ids[0]), []byte(ids[1]), []byte(ids[2])}).
+		Update("created_at", time.Now().UTC().Add(-time.Hour)).Error)
+	now, _ := chk.Now(ctx)
+	n, err := chk.ForgetMessages(ctx, time.Time{}, now.Add(-30*time.Minute), 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	msgs, _, unkept, err := chk.Committed(ctx, now.Add(-2*time.Hour), now.Add(time.Second), "", 10)
+	require.NoError(t, err)
+	require.Equal(t, 3, unkept)
+	require.Len(t, msgs, 2)
+	for _, id := range ids {
+		state, err := chk.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, checker.StateCommitted, state)
+	}
+}
+
 // BenchmarkBegin measures a local transaction that writes only its
 // barrier row, without and with KeepMessages, for 1 KiB and 16 KiB bodies.
 func BenchmarkBegin(b *testing.B) {

@@ -30,6 +30,9 @@ const (
 	// DefaultReconcileQueryTimeout is ReconcilerConfig.QueryTimeout's
 	// default.
 	DefaultReconcileQueryTimeout = 3 * time.Second
+	// DefaultKeepMessagesFor is ReconcilerConfig.KeepMessagesFor's
+	// default.
+	DefaultKeepMessagesFor = 30 * time.Minute
 )
 
 // CommittedSource is where a [Reconciler] reads the committed events of a
@@ -81,6 +84,16 @@ type ReconcilerConfig struct {
 	QueryTimeout time.Duration
 	// DryRun reports the missing events without publishing them again.
 	DryRun bool
+	// KeepMessagesFor is how long barrier rows keep their messages
+	// (checker.Config.KeepMessages): while it watches, the reconciler
+	// clears, every Interval, the kept messages of rows older than this,
+	// so that the barrier holds bodies for a bounded time, not until its
+	// purge. It applies to a source with a ForgetMessages method
+	// (checker.Checker); the outbox keeps its rows' bodies until its own
+	// purge. At least Window. Negative: never cleared. Default
+	// [DefaultKeepMessagesFor] (30 minutes): a `txmsgctl reconcile` over an
+	// outage older than this finds those events unkept.
+	KeepMessagesFor time.Duration
 	// Hooks observe the reconciler's passes (txmsg.HookReconciled). A hook
 	// that implements no hook interface is refused. Optional.
 	Hooks txmsg.Hooks
@@ -98,6 +111,7 @@ func (c ReconcilerConfig) WithDefaults() ReconcilerConfig {
 	setDefault(&c.Concurrency, DefaultReconcileConcurrency)
 	setDefault(&c.Batch, DefaultReconcileBatch)
 	setDefault(&c.QueryTimeout, DefaultReconcileQueryTimeout)
+	setDefault(&c.KeepMessagesFor, DefaultKeepMessagesFor)
 	return c
 }
 
@@ -128,6 +142,8 @@ func (c ReconcilerConfig) Validate() error {
 		return fmt.Errorf("%w: %s: Batch %d must be positive (0 means %d)", txmsg.ErrInvalidConfig, what, c.Batch, DefaultReconcileBatch)
 	case c.QueryTimeout <= 0:
 		return fmt.Errorf("%w: %s: QueryTimeout %v must be positive (0 means %v)", txmsg.ErrInvalidConfig, what, c.QueryTimeout, DefaultReconcileQueryTimeout)
+	case c.KeepMessagesFor >= 0 && c.KeepMessagesFor < c.Window:
+		return fmt.Errorf("%w: %s: KeepMessagesFor %v is shorter than Window %v: the reconciler would clear messages it may have to publish again (negative keeps them)", txmsg.ErrInvalidConfig, what, c.KeepMessagesFor, c.Window)
 	}
 	return nil
 }
@@ -165,6 +181,7 @@ type Reconciler struct {
 	log *slog.Logger
 
 	mu      sync.Mutex // serialises passes
+	forgot  time.Time  // the watcher cleared kept messages of rows before this
 	cancel  context.CancelFunc
 	done    chan struct{}
 	startMu sync.Mutex
@@ -244,11 +261,47 @@ func (r *Reconciler) watch(ctx context.Context) {
 				r.afterChange(ctx)
 			}
 		}
+		r.forget(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// forgetter is a CommittedSource that can clear the messages it keeps
+// (checker.Checker).
+type forgetter interface {
+	ForgetMessages(ctx context.Context, from, before time.Time, batch int) (int64, error)
+}
+
+// forget clears the messages kept longer than KeepMessagesFor, from a
+// little before where the last call stopped.
+func (r *Reconciler) forget(ctx context.Context) {
+	f, ok := r.src.(forgetter)
+	if !ok || r.cfg.KeepMessagesFor < 0 {
+		return
+	}
+	now, err := r.src.Now(ctx)
+	if err != nil {
+		return
+	}
+	before := now.Add(-r.cfg.KeepMessagesFor)
+	from := time.Time{}
+	if !r.forgot.IsZero() {
+		from = r.forgot.Add(-time.Minute)
+	}
+	n, err := f.ForgetMessages(ctx, from, before, r.cfg.Batch)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("cannot clear the messages the barrier keeps; trying again", "err", err, "retry_in", r.cfg.Interval)
+		}
+		return
+	}
+	r.forgot = before
+	if n > 0 {
+		r.log.Debug("cleared kept messages", "rows", n, "older_than", r.cfg.KeepMessagesFor)
 	}
 }
 

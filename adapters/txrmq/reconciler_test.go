@@ -101,14 +101,17 @@ func TestReconcilerConfigNamesTheField(t *testing.T) {
 	require.NoError(t, good.Validate())
 	require.Equal(t, DefaultReconcileWindow, good.Window)
 	require.Equal(t, "reconciler", good.Name)
+	require.Equal(t, DefaultKeepMessagesFor, good.KeepMessagesFor)
+	require.NoError(t, ReconcilerConfig{Conn: conn, KeepMessagesFor: -1}.WithDefaults().Validate(), "negative: never cleared")
 	for field, cfg := range map[string]ReconcilerConfig{
-		"NameServers":  {},
-		"Window":       {Conn: conn, Window: -time.Second},
-		"Interval":     {Conn: conn, Interval: -time.Second},
-		"Concurrency":  {Conn: conn, Concurrency: -1},
-		"Batch":        {Conn: conn, Batch: -1},
-		"QueryTimeout": {Conn: conn, QueryTimeout: -time.Second},
-		"hook":         {Conn: conn, Hooks: txmsg.Hooks{42}},
+		"NameServers":     {},
+		"Window":          {Conn: conn, Window: -time.Second},
+		"Interval":        {Conn: conn, Interval: -time.Second},
+		"Concurrency":     {Conn: conn, Concurrency: -1},
+		"Batch":           {Conn: conn, Batch: -1},
+		"QueryTimeout":    {Conn: conn, QueryTimeout: -time.Second},
+		"KeepMessagesFor": {Conn: conn, KeepMessagesFor: time.Minute},
+		"hook":            {Conn: conn, Hooks: txmsg.Hooks{42}},
 	} {
 		err := cfg.WithDefaults().Validate()
 		require.ErrorIs(t, err, txmsg.ErrInvalidConfig, field)
@@ -272,7 +275,8 @@ func TestReconcilerRefusesToGuessWithoutARoute(t *testing.T) {
 }
 
 // The snapshot of the test bed's cluster names its broker with a boot
-// time, and the watch loop starts and stops.
+// time; the watch loop starts and stops, and meanwhile clears the
+// messages barrier rows keep past KeepMessagesFor.
 func TestReconcilerReadsTheClusterAndStops(t *testing.T) {
 	t.Parallel()
 	testbed.RequireBroker(t)
@@ -280,8 +284,16 @@ func TestReconcilerReadsTheClusterAndStops(t *testing.T) {
 	db := testbed.DB(t)
 	chk, err := checker.New(db, checker.Config{KeepMessages: true})
 	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	old, young := event("t", "old"), event("t", "young")
+	for _, m := range []*txmsg.Message{old, young} {
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.BeginMessage(ctx, tx, m) }))
+	}
+	require.NoError(t, db.Table(chk.Table()).Where("tx_id = ?", []byte(old.ID)).
+		Update("created_at", time.Now().UTC().Add(-time.Hour)).Error)
 	pub := newTestPublisher(t, 0)
-	rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Interval: 100 * time.Millisecond})
+	rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}},
+		Interval: 100 * time.Millisecond, KeepMessagesFor: 30 * time.Minute})
 	require.NoError(t, err)
 	snap, err := rec.Snapshot(ctx)
 	require.NoError(t, err)
@@ -293,7 +305,12 @@ func TestReconcilerReadsTheClusterAndStops(t *testing.T) {
 	}
 	require.NoError(t, rec.Start(ctx))
 	require.NoError(t, rec.Start(ctx))
-	time.Sleep(300 * time.Millisecond)
+	now, _ := chk.Now(ctx)
+	require.Eventually(t, func() bool {
+		msgs, _, unkept, err := chk.Committed(ctx, now.Add(-2*time.Hour), now.Add(time.Second), "", 10)
+		require.NoError(t, err)
+		return unkept == 1 && len(msgs) == 1 && msgs[0].ID == young.ID
+	}, 10*time.Second, 50*time.Millisecond, "the old row's message is cleared, the young one's kept")
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, rec.Close(cctx))
