@@ -90,9 +90,9 @@ type ReconcilerConfig struct {
 	// so that the barrier holds bodies for a bounded time, not until its
 	// purge. It applies to a source with a ForgetMessages method
 	// (checker.Checker); the outbox keeps its rows' bodies until its own
-	// purge. At least Window. Negative: never cleared. Default
-	// [DefaultKeepMessagesFor] (30 minutes): a `txmsgctl reconcile` over an
-	// outage older than this finds those events unkept.
+	// purge. At least Window. Negative: never cleared. Default the longer
+	// of [DefaultKeepMessagesFor] (30 minutes) and Window: a `txmsgctl
+	// reconcile` over an outage older than this finds those events unkept.
 	KeepMessagesFor time.Duration
 	// Hooks observe the reconciler's passes (txmsg.HookReconciled). A hook
 	// that implements no hook interface is refused. Optional.
@@ -111,7 +111,7 @@ func (c ReconcilerConfig) WithDefaults() ReconcilerConfig {
 	setDefault(&c.Concurrency, DefaultReconcileConcurrency)
 	setDefault(&c.Batch, DefaultReconcileBatch)
 	setDefault(&c.QueryTimeout, DefaultReconcileQueryTimeout)
-	setDefault(&c.KeepMessagesFor, DefaultKeepMessagesFor)
+	setDefault(&c.KeepMessagesFor, max(DefaultKeepMessagesFor, c.Window))
 	return c
 }
 
