@@ -338,10 +338,11 @@ func (r *Reconciler) afterChange(ctx context.Context) {
 // source's clock, against the brokers of their topics, and publishes
 // again those no broker has. It returns what it found; on an error it
 // stops (what it found so far is in the result) and the window may be
-// reconciled again: a second pass republishes nothing the first one did.
-// An event is missing when every broker of its topic's route answered and
-// none had it; a topic without a route, or a route whose brokers all fail
-// to answer, is an error. Reconcile calls the HookReconciled hooks.
+// reconciled again: a second pass finds the events the first published
+// again, once the brokers have indexed them. An event is missing when
+// every broker group of its topic's route answered and none had it; a
+// topic without a route, or a group that does not answer for an event no
+// other group has, is an error. Reconcile calls the HookReconciled hooks.
 func (r *Reconciler) Reconcile(ctx context.Context, since, until time.Time) (res ReconcileResult, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
