@@ -72,6 +72,13 @@ type Barrier struct {
 	TxID      string    `gorm:"column:tx_id;primaryKey;type:varbinary(255);size:255;not null"`
 	State     string    `gorm:"size:16;not null"`
 	CreatedAt time.Time `gorm:"precision:6;not null;index:idx_txmsg_barrier_created_at"`
+	// Topic is the message's topic, written with [Config.KeepMessages];
+	// NULL otherwise.
+	Topic *string `gorm:"type:varbinary(127);size:127"`
+	// Message is the rest of the message (tag, keys, sharding key,
+	// properties and body), written with [Config.KeepMessages]; NULL
+	// otherwise. See [Checker.Committed].
+	Message []byte `gorm:"type:longblob"`
 }
 
 // HorizonMargin is how much younger than the purge horizon a transaction
@@ -100,6 +107,13 @@ type Config struct {
 	// (transactionTimeOut + transactionCheckMax × transactionCheckInterval).
 	// Purge refuses cutoffs younger than this. Default [DefaultCheckWindow].
 	CheckWindow time.Duration
+	// KeepMessages makes [Checker.BeginMessage] write the message (its
+	// topic, tag, keys, properties and body) into the barrier row, so that
+	// a reconciler can publish it again if the broker loses it
+	// ([Checker.Committed]). It costs the body's bytes in the same INSERT
+	// (no extra round trip) and keeps them until Purge deletes the row.
+	// Default false: the row holds the ID, the state and the time.
+	KeepMessages bool
 	// Logger receives the checker's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -272,7 +286,27 @@ func databaseOf(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 // new message may apply the business operation twice. Whatever the error,
 // the caller must roll tx back.
 func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
-	row := Barrier{TxID: txID, State: StateCommitted, CreatedAt: time.Now().UTC()}
+	return c.begin(ctx, tx, Barrier{TxID: txID, State: StateCommitted, CreatedAt: time.Now().UTC()})
+}
+
+// BeginMessage is Begin for msg, whose ID must be set: with
+// [Config.KeepMessages] the barrier row also keeps msg, for
+// [Checker.Committed]; without it, it is Begin(ctx, tx, msg.ID).
+func (c *Checker) BeginMessage(ctx context.Context, tx *gorm.DB, msg *txmsg.Message) error {
+	row := Barrier{TxID: msg.ID, State: StateCommitted, CreatedAt: time.Now().UTC()}
+	if c.cfg.KeepMessages {
+		enc, err := encodeMessage(msg)
+		if err != nil {
+			return err
+		}
+		topic := msg.Topic
+		row.Topic, row.Message = &topic, enc
+	}
+	return c.begin(ctx, tx, row)
+}
+
+func (c *Checker) begin(ctx context.Context, tx *gorm.DB, row Barrier) error {
+	txID := row.TxID
 	var err error
 	// A duplicate key is an answer here, not a failure to log as one.
 	ins := store.QuietDuplicate(tx).WithContext(ctx)
@@ -313,15 +347,25 @@ func (c *Checker) Begin(ctx context.Context, tx *gorm.DB, txID string) error {
 // literalInsert is the INSERT of row as one literal statement, followed by
 // suffix.
 func (c *Checker) literalInsert(lit store.Literals, row Barrier, suffix string) string {
-	q := make([]byte, 0, 128+2*len(row.TxID)+len(suffix))
+	q := make([]byte, 0, 160+2*len(row.TxID)+len(suffix)+2*len(row.Message))
 	q = append(q, "INSERT INTO `"...)
 	q = append(q, c.cfg.Table...)
-	q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
+	if row.Topic != nil {
+		q = append(q, "` (`tx_id`,`state`,`created_at`,`topic`,`message`) VALUES ("...)
+	} else {
+		q = append(q, "` (`tx_id`,`state`,`created_at`) VALUES ("...)
+	}
 	q = lit.String(q, row.TxID)
 	q = append(q, ',')
 	q = lit.String(q, row.State)
 	q = append(q, ',')
 	q = lit.Time(q, row.CreatedAt)
+	if row.Topic != nil {
+		q = append(q, ',')
+		q = lit.String(q, *row.Topic)
+		q = append(q, ',')
+		q = lit.Bytes(q, row.Message)
+	}
 	q = append(q, ')')
 	q = append(q, suffix...)
 	return string(q)

@@ -14,8 +14,13 @@
 -- SELECT id FROM txmsg_outbox WHERE OCTET_LENGTH(msg_id) > 255 OR OCTET_LENGTH(topic) > 127 OR OCTET_LENGTH(tag) > 255 OR OCTET_LENGTH(`keys`) > 1024 OR OCTET_LENGTH(sharding_key) > 255;
 -- SELECT bucket FROM txmsg_outbox_lease WHERE OCTET_LENGTH(owner) > 255 OR OCTET_LENGTH(wanted_by) > 255;
 
+-- The barrier's topic and message columns (checker.Config.KeepMessages, for
+-- the reconciler) are newer than binary IDs: leave the two ADD COLUMN lines
+-- out if the table has them.
 ALTER TABLE `txmsg_barrier`
-  MODIFY `tx_id` varbinary(255) NOT NULL;
+  MODIFY `tx_id` varbinary(255) NOT NULL,
+  ADD COLUMN `topic` varbinary(127) DEFAULT NULL,
+  ADD COLUMN `message` longblob DEFAULT NULL;
 
 ALTER TABLE `txmsg_inbox`
   MODIFY `consumer_group` varbinary(255) NOT NULL,

@@ -85,6 +85,19 @@ type Config struct {
 	// [Stack.Migrate] creates in both modes, for the service's consumers
 	// too. Default: txmsg_instances, every 10 s.
 	Heartbeat fleet.Config
+	// Reconcile turns the reconciler on (see [txrmq.Reconciler]): it
+	// watches the cluster's masters and, after a failover or a restart
+	// that may have lost acknowledged messages, publishes again the
+	// committed events of Reconciler.Window the brokers no longer have.
+	// With [PartBackground] the stack runs it, through the sweeper's or the
+	// relays' publisher; in transactional mode it also turns on
+	// checker.Config.KeepMessages, which every producer of the service must
+	// have for its events to be recoverable. Default false.
+	Reconcile bool
+	// Reconciler tunes the reconciler: Name, Window, Interval,
+	// Concurrency, Batch and QueryTimeout. Its Conn and Hooks come from
+	// the stack and must be left zero. Optional.
+	Reconciler txrmq.ReconcilerConfig
 }
 
 // TransactionalConfig configures a transactional-mode stack; see
@@ -180,17 +193,31 @@ func (c Config) Validate() error {
 	if c.Logger == nil {
 		return invalid("Logger is nil; call WithDefaults first")
 	}
+	if !zeroConn(c.Reconciler.Conn) || len(c.Reconciler.Hooks) > 0 {
+		return invalid("Reconciler.Conn and Hooks must be left zero: the reconciler takes RocketMQ and Hooks")
+	}
 	return c.Heartbeat.ValidateIn("stack")
+}
+
+// reconciler is the reconciler's config, with the stack's settings.
+func (c *Config) reconciler() txrmq.ReconcilerConfig {
+	rc := c.Reconciler
+	rc.Conn = c.rocketMQ()
+	rc.Hooks = c.Hooks
+	return rc
 }
 
 // WithDefaults returns c with its zero fields set to their defaults:
 // those of [Config.WithDefaults] and [checker.Config.WithDefaults], the
-// checker's Logger from Config.Logger and Sweeper.Group from the producer
-// group. It checks nothing; see [TransactionalConfig.Validate].
+// checker's Logger from Config.Logger, Checker.KeepMessages on with
+// Reconcile, and Sweeper.Group from the producer group. It checks nothing; see [TransactionalConfig.Validate].
 func (c TransactionalConfig) WithDefaults() TransactionalConfig {
 	c.Config = c.Config.WithDefaults()
 	if c.Checker.Logger == nil {
 		c.Checker.Logger = c.Logger
+	}
+	if c.Reconcile {
+		c.Checker.KeepMessages = true
 	}
 	c.Checker = c.Checker.WithDefaults()
 	if c.Sweeper.Group == "" && c.Group != "" {

@@ -15,6 +15,11 @@
 //     written inside the local transaction, and one or more
 //     [outbox.Relay]s publishing it through a [txrmq.Publisher].
 //
+// With Config.Reconcile, either mode also runs a [txrmq.Reconciler] in
+// its background part: after a failover or a master restart that may have
+// lost messages the broker had acknowledged, it publishes again the
+// committed events of a recent window that the brokers no longer have.
+//
 // The consuming side ([txmsg.Inbox] and [txrmq.Consumer]) is not part of
 // a stack: a service may consume without producing, and its handlers may
 // send through the stack.

@@ -41,6 +41,7 @@ type Stack struct {
 	ob        *outbox.Outbox
 	relays    []*outbox.Relay
 	barrier   *checker.Checker // local-table mode: OutboxConfig.Publisher.Checker
+	rec       *txrmq.Reconciler
 
 	// instances is the instance table (Config.Heartbeat.Table).
 	instances string
@@ -148,6 +149,16 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 		}
 		s.forwarder = fw
 		background = append(background, component{"forwarder", fw.Start, fw.Close})
+		if cfg.Reconcile {
+			rec, err := txrmq.NewReconciler(chk, pub, cfg.reconciler())
+			if err != nil {
+				s.components = background
+				s.discard()
+				return nil, fmt.Errorf("stack: %w", err)
+			}
+			s.rec = rec
+			background = append(background, component{"reconciler", rec.Start, rec.Close})
+		}
 	}
 	if cfg.Parts&PartProducer != 0 {
 		pcfg := cfg.Producer
@@ -224,6 +235,15 @@ func Outbox(db *gorm.DB, cfg OutboxConfig) (*Stack, error) {
 	s.components = append(s.components,
 		component{"relays' publisher", pub.Start, pub.Close},
 		component{"relays", s.startRelays, s.closeRelays})
+	if cfg.Reconcile {
+		rec, err := txrmq.NewReconciler(ob, pub, cfg.reconciler())
+		if err != nil {
+			s.discard()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		s.rec = rec
+		s.components = append(s.components, component{"reconciler", rec.Start, rec.Close})
+	}
 	return s, nil
 }
 
@@ -264,7 +284,7 @@ func (s *Stack) Migrate(ctx context.Context) error {
 
 // Start starts the parts in order: the transactional producer, then the
 // sweeper's publisher and the sweeper; or the relays' publisher, then the
-// relays. The relays run until Close, not until ctx ends. Start is
+// relays; then, with Config.Reconcile, the reconciler. The relays run until Close, not until ctx ends. Start is
 // idempotent. When a part fails to start, Start closes the parts it had
 // started and returns the error; the stack cannot be started again.
 func (s *Stack) Start(ctx context.Context) error {
@@ -294,8 +314,8 @@ func (s *Stack) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the parts in the reverse order of Start: relays or sweeper
-// first (a batch being published is finished and marked), then their
+// Close stops the parts in the reverse order of Start: the reconciler,
+// relays or sweeper first (a batch being published is finished and marked), then their
 // publisher, then the transactional producer, whose sends under way finish
 // first. What ctx cuts short is left for the next start: pending rows stay
 // pending, and the broker asks the group's other producers about open
@@ -432,6 +452,10 @@ func (s *Stack) Transactional() *txrmq.Transactional { return s.txp }
 // Forwarder returns the forwarder of delayed messages, or nil (local-table
 // mode, or no [PartBackground]).
 func (s *Stack) Forwarder() *txrmq.Forwarder { return s.forwarder }
+
+// Reconciler returns the reconciler, or nil (Config.Reconcile off, or
+// no [PartBackground]).
+func (s *Stack) Reconciler() *txrmq.Reconciler { return s.rec }
 
 // Sweeper returns the sweeper, or nil (local-table mode, or no
 // [PartBackground]).

@@ -19,6 +19,7 @@ func exportToDriver() struct{} {
 	bridge.BeforeHandle = Hooks.beforeHandle
 	bridge.Consumed = Hooks.consumed
 	bridge.InvalidSend = Hooks.invalidSend
+	bridge.Reconciled = Hooks.reconciled
 	bridge.CallLocal = callLocal
 	bridge.Process = Route.handle
 	bridge.Run = (*Inbox).run

@@ -93,6 +93,15 @@ type HookInvalidSend interface {
 	OnInvalidSend(ctx context.Context, msg *Message, err error)
 }
 
+// HookReconciled is called after a reconciler checked the committed
+// events of a window against the broker: reconciler names it, checked
+// counts the events looked up, missing those the broker no longer had,
+// republished those of the missing that were published again; err is
+// why the pass ended early, nil when it checked the whole window.
+type HookReconciled interface {
+	OnReconciled(ctx context.Context, reconciler string, checked, missing, republished int, err error, took time.Duration)
+}
+
 // HookBeforeHandle is called before a consumer handles a message; the
 // returned context is the handler's (a tracing hook starts a span from the
 // message's trace properties here). Returning nil keeps ctx.
@@ -125,15 +134,16 @@ const (
 	kindBeforeHandle
 	kindConsumed
 	kindInvalidSend
+	kindReconciled
 	numHookKinds
 )
 
-var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnHeld", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed", "OnInvalidSend"}
+var hookKindNames = [numHookKinds]string{"BeforeSend", "OnHalfSent", "OnLocalDone", "OnCheckBack", "OnHeld", "OnRelayBatch", "OnRelayUnavailable", "BeforeHandle", "OnConsumed", "OnInvalidSend", "OnReconciled"}
 
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed, HookInvalidSend:
+	case HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed, HookInvalidSend, HookReconciled:
 		return true
 	}
 	return false
@@ -152,7 +162,7 @@ func (hs Hooks) Validate() error {
 		case h == nil:
 			return fmt.Errorf("%w: hook %d is nil", ErrInvalidConfig, i)
 		case !isHook(h):
-			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed, HookInvalidSend); check its method names and receivers", ErrInvalidConfig, i, h)
+			return fmt.Errorf("%w: hook %d (%T) implements none of txmsg's hook interfaces (HookBeforeSend, HookHalfSent, HookLocalDone, HookCheckBack, HookHeld, HookRelayBatch, HookRelayUnavailable, HookBeforeHandle, HookConsumed, HookInvalidSend, HookReconciled); check its method names and receivers", ErrInvalidConfig, i, h)
 		}
 	}
 	return nil
@@ -325,6 +335,15 @@ func (hs Hooks) invalidSend(ctx context.Context, msg *Message, err error) {
 	for _, hk := range hs {
 		if h, ok := inner(hk).(HookInvalidSend); ok {
 			safe(hk, kindInvalidSend, func() { h.OnInvalidSend(ctx, msg, err) })
+		}
+	}
+}
+
+// reconciled calls every HookReconciled.
+func (hs Hooks) reconciled(ctx context.Context, reconciler string, checked, missing, republished int, err error, took time.Duration) {
+	for _, hk := range hs {
+		if h, ok := inner(hk).(HookReconciled); ok {
+			safe(hk, kindReconciled, func() { h.OnReconciled(ctx, reconciler, checked, missing, republished, err, took) })
 		}
 	}
 }

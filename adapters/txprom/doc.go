@@ -23,7 +23,7 @@
 // The result label takes one vocabulary everywhere: ok|error for an
 // attempt, committed|rolled_back|unknown for a transaction's outcome,
 // handled|duplicate|parked|error for a consumer's decision, hit|miss for
-// a cache lookup (see [ResultOK] and the other Result constants).
+// a cache lookup, checked|missing|republished for a reconciler's events (see [ResultOK] and the other Result constants).
 //
 // Metrics (histograms in seconds, with [Config.Buckets]):
 //
@@ -44,6 +44,8 @@
 //	txmsg_consumer_messages_total{group,topic,result}   counter   messages a consumer decided about (handled|duplicate|parked|error)
 //	txmsg_consumer_handle_seconds{group,topic}          histogram decode + dedupe + handler + commit
 //	txmsg_consumer_lateness_seconds{group,topic}        histogram how long after its due time a delayed message was received (handled ones)
+//	txmsg_reconcile_passes_total{reconciler,result}     counter   reconciler passes over a window (ok|error)
+//	txmsg_reconcile_events_total{reconciler,result}     counter   committed events a reconciler looked up (checked|missing|republished)
 //
 // [WatchCheckBackCache], per transactional producer group:
 //

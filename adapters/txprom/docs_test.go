@@ -35,7 +35,7 @@ var constLabels = prom.Labels{"service": "test"}
 // declared builds, against the real broker and database, a registry with
 // every kind of component declared and no event yet: a transactional
 // producer and its check-back cache, a sweeper, an outbox with its
-// collector and a relay, and a consumer.
+// collector and a relay, a consumer and a reconciler.
 func declared(t *testing.T) *prom.Registry {
 	t.Helper()
 	testbed.RequireBroker(t)
@@ -72,6 +72,7 @@ func declared(t *testing.T) *prom.Registry {
 	m.AddRelay(relay.Name(), ob.Table())
 
 	m.AddConsumer(testbed.Name(t, "cg"), topic)
+	m.AddReconciler("reconciler")
 	return reg
 }
 

@@ -22,7 +22,9 @@ import (
 //     transactions, check-back answers);
 //   - handled, duplicate, parked, error: a consumer's decision about a
 //     message (error: it will be delivered again);
-//   - hit, miss: a check-back cache lookup.
+//   - hit, miss: a check-back cache lookup;
+//   - checked, missing, republished: what a reconciler did with the
+//     committed events of a window (ok, error: its passes).
 const (
 	ResultOK         = "ok"
 	ResultError      = "error"
@@ -34,12 +36,19 @@ const (
 	ResultParked     = "parked"
 	ResultHit        = "hit"
 	ResultMiss       = "miss"
+	// ResultChecked, ResultMissing and ResultRepublished count a
+	// reconciler's events: looked up on the brokers, found on none,
+	// published again.
+	ResultChecked     = "checked"
+	ResultMissing     = "missing"
+	ResultRepublished = "republished"
 )
 
 var (
-	attemptResults  = []string{ResultOK, ResultError}
-	outcomeResults  = []string{ResultCommitted, ResultRolledBack, ResultUnknown}
-	consumerResults = []string{ResultHandled, ResultDuplicate, ResultParked, ResultError}
+	attemptResults   = []string{ResultOK, ResultError}
+	outcomeResults   = []string{ResultCommitted, ResultRolledBack, ResultUnknown}
+	consumerResults  = []string{ResultHandled, ResultDuplicate, ResultParked, ResultError}
+	reconcileResults = []string{ResultChecked, ResultMissing, ResultRepublished}
 )
 
 // Config configures [New]. The zero value is usable.
@@ -112,7 +121,7 @@ var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 // A series exists once its label values are known: when an event carries
 // them, or earlier, at zero, when the component is declared with
 // [Metrics.AddTransactional], [Metrics.AddOutbox], [Metrics.AddRelay],
-// [Metrics.AddSweeper] or [Metrics.AddConsumer]. Declare every component
+// [Metrics.AddSweeper], [Metrics.AddReconciler] or [Metrics.AddConsumer]. Declare every component
 // the process runs, so that an alert on a rate or an increase sees 0
 // instead of no data before the first event. A process declares and runs
 // no relay exports no relay series.
@@ -136,6 +145,8 @@ type Metrics struct {
 	consumed         *prom.CounterVec
 	consumeSeconds   *prom.HistogramVec
 	lateness         *prom.HistogramVec
+	reconcilePasses  *prom.CounterVec
+	reconcileEvents  *prom.CounterVec
 
 	cacheLookups   *prom.Desc
 	cacheEvictions *prom.Desc
@@ -153,6 +164,7 @@ var (
 	_ txmsg.HookRelayBatch       = (*Metrics)(nil)
 	_ txmsg.HookRelayUnavailable = (*Metrics)(nil)
 	_ txmsg.HookConsumed         = (*Metrics)(nil)
+	_ txmsg.HookReconciled       = (*Metrics)(nil)
 	_ prom.Collector             = (*Metrics)(nil)
 )
 
@@ -196,6 +208,10 @@ func New(cfg Config) *Metrics {
 		lateness: histogram("consumer_lateness_seconds",
 			"How long after its due time a delayed message (txmsg.WithDelay) reached the consumer, in seconds, for the messages handled.",
 			latenessBuckets, "group", "topic"),
+		reconcilePasses: counter("reconcile_passes_total",
+			"Passes of a reconciler over a window of committed events, by reconciler and result (ok, error).", "reconciler", "result"),
+		reconcileEvents: counter("reconcile_events_total",
+			"Committed events a reconciler looked up on the brokers, by reconciler and result (checked, missing, republished).", "reconciler", "result"),
 		cacheLookups: prom.NewDesc("txmsg_checkback_cache_lookups_total",
 			"Check-backs looked up in the transactional producer's outcome cache, by producer group and result (hit, miss).",
 			[]string{"group", "result"}, cfg.ConstLabels),
@@ -272,6 +288,17 @@ func (m *Metrics) AddSweeper(group string, topics ...string) {
 	}
 }
 
+// AddReconciler creates, at zero, the series of a reconciler
+// (txrmq.Reconciler) named name (ReconcilerConfig.Name).
+func (m *Metrics) AddReconciler(name string) {
+	for _, r := range attemptResults {
+		m.reconcilePasses.WithLabelValues(name, r)
+	}
+	for _, r := range reconcileResults {
+		m.reconcileEvents.WithLabelValues(name, r)
+	}
+}
+
 // AddConsumer creates, at zero, the series of a consumer of group group
 // subscribed to topics.
 func (m *Metrics) AddConsumer(group string, topics ...string) {
@@ -323,7 +350,7 @@ func (m *Metrics) collectors() []prom.Collector {
 	return []prom.Collector{
 		m.halfSends, m.halfSendSeconds, m.localTx, m.localTxSeconds, m.invalidSends, m.checkBacks, m.checkBackSeconds, m.held,
 		m.relayBatches, m.relayMessages, m.relayBatchSize, m.relayPublish, m.relayUnavailable, m.relayBrokerDown,
-		m.consumed, m.consumeSeconds, m.lateness,
+		m.consumed, m.consumeSeconds, m.lateness, m.reconcilePasses, m.reconcileEvents,
 	}
 }
 
@@ -388,6 +415,18 @@ func (m *Metrics) OnCheckBack(group, _, topic string, state txmsg.LocalState, _ 
 // OnHeld implements txmsg.HookHeld.
 func (m *Metrics) OnHeld(group, _, topic string, _ error) {
 	m.held.WithLabelValues(group, topic).Inc()
+}
+
+// OnReconciled implements txmsg.HookReconciled.
+func (m *Metrics) OnReconciled(_ context.Context, reconciler string, checked, missing, republished int, err error, _ time.Duration) {
+	result := ResultOK
+	if err != nil {
+		result = ResultError
+	}
+	m.reconcilePasses.WithLabelValues(reconciler, result).Inc()
+	m.reconcileEvents.WithLabelValues(reconciler, ResultChecked).Add(float64(checked))
+	m.reconcileEvents.WithLabelValues(reconciler, ResultMissing).Add(float64(missing))
+	m.reconcileEvents.WithLabelValues(reconciler, ResultRepublished).Add(float64(republished))
 }
 
 func outcome(s txmsg.LocalState) string {

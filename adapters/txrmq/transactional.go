@@ -426,7 +426,7 @@ func (t *Transactional) runLocal(c *call) {
 		c.state, c.err = txmsg.StateRolledBack, fmt.Errorf("rocketmq: begin local transaction: %w", tx.Error)
 		return
 	}
-	if err := t.chk.Begin(c.ctx, tx, c.id); err != nil {
+	if err := t.chk.BeginMessage(c.ctx, tx, c.msg); err != nil {
 		tx.Rollback()
 		c.state, c.err = txmsg.StateRolledBack, err
 		return

@@ -10,6 +10,7 @@
 //	txmsgctl parked requeue -kind outbox|consumer ID...
 //	txmsgctl parked purge   -kind outbox|consumer (-older-than D | ID...)
 //	txmsgctl purge                       apply retention now
+//	txmsgctl reconcile -since 10m        publish again the committed events the brokers lost
 //	txmsgctl serve [-addr 127.0.0.1:8089] run the web dashboard (package dashboard)
 //	txmsgctl topic create -namesrv HOST:PORT -topic a,b [-queues 8]   create topics on every broker of the cluster
 //	txmsgctl topic check  -namesrv HOST:PORT -topic a,b [-queues N]   check that they are routed, with their queues
@@ -96,6 +97,12 @@ Usage:
       Apply retention now: sent outbox rows, barrier rows, inbox rows and
       failing-message records older than their ages (and, when asked,
       parked rows and parked messages).
+  txmsgctl reconcile -since D [-until D] [-mode transactional|outbox]
+                    [-namesrv HOST:PORT] [-dry-run]
+      Check the events committed in the window (barrier rows that keep
+      their message, sent outbox rows) against the brokers' key index,
+      and publish again, with their txmsg IDs, those no broker has; the
+      consumers' inboxes drop copies of events that were not lost.
   txmsgctl serve [-addr 127.0.0.1:8089] [-allow-actions] [-namesrv HOST:PORT]
       Run the web dashboard: outbox, parked messages, transactions and,
       with -namesrv, the broker. Read-only unless -allow-actions; actions
@@ -164,6 +171,8 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		return cmdMigrate(ctx, e, rest)
 	case "stats":
 		return cmdStats(ctx, e, rest)
+	case "reconcile":
+		return cmdReconcile(ctx, e, rest)
 	case "purge":
 		return cmdPurge(ctx, e, rest)
 	case "failing":

@@ -56,6 +56,13 @@ type Config struct {
 	CreateTopicOn string
 	// Seed inserts the demo inventory at startup; existing rows are kept.
 	Seed bool
+	// Reconcile runs the stack's reconciler (stack.Config.Reconcile): after
+	// a failover or a master restart it publishes again the committed
+	// events of the last ReconcileWindow that the brokers lost.
+	Reconcile bool
+	// ReconcileWindow is how far before such a change it looks; 0 means
+	// txrmq.DefaultReconcileWindow.
+	ReconcileWindow time.Duration
 	// ShutdownTimeout bounds the graceful shutdown.
 	ShutdownTimeout time.Duration
 	// LogLevel is the lowest level logged.
@@ -92,6 +99,12 @@ func (c *Config) settings() []setting {
 		{flag: "create-topic-on", env: "ORDERSVC_CREATE_TOPIC_ON", usage: "broker address on which to create the topic at startup if missing (development)", bind: str(&c.CreateTopicOn, "")},
 		{flag: "seed", env: "ORDERSVC_SEED", usage: "insert the demo inventory at startup (existing rows are kept)", bind: func(fs *flag.FlagSet, name, usage string) {
 			fs.BoolVar(&c.Seed, name, true, usage)
+		}},
+		{flag: "reconcile", env: "ORDERSVC_RECONCILE", usage: "publish again the committed events a broker failover or restart lost", bind: func(fs *flag.FlagSet, name, usage string) {
+			fs.BoolVar(&c.Reconcile, name, true, usage)
+		}},
+		{flag: "reconcile-window", env: "ORDERSVC_RECONCILE_WINDOW", usage: "how far before a broker failover or restart the reconciler checks the committed events", bind: func(fs *flag.FlagSet, name, usage string) {
+			fs.DurationVar(&c.ReconcileWindow, name, txrmq.DefaultReconcileWindow, usage)
 		}},
 		{flag: "shutdown-timeout", env: "ORDERSVC_SHUTDOWN_TIMEOUT", usage: "graceful shutdown deadline", bind: func(fs *flag.FlagSet, name, usage string) {
 			fs.DurationVar(&c.ShutdownTimeout, name, 20*time.Second, usage)
@@ -157,6 +170,9 @@ func (c *Config) validate() error {
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("shutdown-timeout must be positive"))
 	}
+	if c.ReconcileWindow < 0 {
+		errs = append(errs, errors.New("reconcile-window must not be negative (0 means 2m)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -187,6 +203,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("acl", c.AccessKey != ""),
 		slog.String("create_topic_on", c.CreateTopicOn),
 		slog.Bool("seed", c.Seed),
+		slog.Bool("reconcile", c.Reconcile),
+		slog.Duration("reconcile_window", c.ReconcileWindow),
 	)
 }
 

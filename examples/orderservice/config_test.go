@@ -50,6 +50,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	require.Equal(t, ModeTransactional, cfg.Mode)
 	require.Equal(t, []string{"127.0.0.1:9876"}, cfg.NameServers)
 	require.True(t, cfg.Seed)
+	require.True(t, cfg.Reconcile, "the example runs the reconciler")
+	require.Equal(t, 2*time.Minute, cfg.ReconcileWindow)
 }
 
 func TestParseConfigRejects(t *testing.T) {

@@ -44,6 +44,7 @@ func TestEndToEnd(t *testing.T) {
 			ProducerGroup:   testbed.Name(t, "pg_"+mode),
 			ConsumerGroup:   testbed.Name(t, "cg_"+mode),
 			Seed:            true,
+			Reconcile:       true,
 			ShutdownTimeout: 20 * time.Second,
 		}
 		require.NoError(t, cfg.validate())

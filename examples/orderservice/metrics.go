@@ -37,6 +37,8 @@ var metricFamilies = []struct{ name, help string }{
 	{"txmsg_relay_batches_total", "Batches an outbox relay published, by relay and table."},
 	{"txmsg_relay_messages_total", "Messages an outbox relay tried to publish, by relay, table and result (ok, error)."},
 	{"txmsg_consumer_messages_total", "Messages a consumer decided about, by group, topic and result (handled, duplicate, parked, error)."},
+	{"txmsg_reconcile_passes_total", "Passes of a reconciler over a window of committed events, by reconciler and result (ok, error)."},
+	{"txmsg_reconcile_events_total", "Committed events a reconciler looked up on the brokers, by reconciler and result (checked, missing, republished)."},
 }
 
 var (
@@ -45,6 +47,7 @@ var (
 	_ txmsg.HookCheckBack  = (*Metrics)(nil)
 	_ txmsg.HookRelayBatch = (*Metrics)(nil)
 	_ txmsg.HookConsumed   = (*Metrics)(nil)
+	_ txmsg.HookReconciled = (*Metrics)(nil)
 )
 
 // NewMetrics returns empty Metrics.
@@ -113,6 +116,18 @@ func (m *Metrics) OnConsumed(_ context.Context, group string, r *txmsg.Received,
 		o = "error"
 	}
 	m.add("txmsg_consumer_messages_total", 1, "group", group, "topic", r.Message.Topic, "result", o)
+}
+
+// OnReconciled implements txmsg.HookReconciled.
+func (m *Metrics) OnReconciled(_ context.Context, reconciler string, checked, missing, republished int, err error, _ time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.add("txmsg_reconcile_passes_total", 1, "reconciler", reconciler, "result", result)
+	m.add("txmsg_reconcile_events_total", float64(checked), "reconciler", reconciler, "result", "checked")
+	m.add("txmsg_reconcile_events_total", float64(missing), "reconciler", reconciler, "result", "missing")
+	m.add("txmsg_reconcile_events_total", float64(republished), "reconciler", reconciler, "result", "republished")
 }
 
 // outboxGauges reads the outbox's depth now, as adapters/txprom's

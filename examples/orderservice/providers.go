@@ -95,14 +95,18 @@ func provideConsumer(cfg Config, log *slog.Logger, inbox *txmsg.Inbox, topic txm
 }
 
 // stackConfig is what both modes' stacks share: the service's producer
-// group and topic, its logger and its metrics hooks.
+// group and topic, its logger, its metrics hooks and the reconciler,
+// which publishes again the committed events a broker failover lost (in
+// transactional mode it makes the barrier rows keep their messages).
 func stackConfig(cfg Config, log *slog.Logger, m *Metrics) stack.Config {
 	return stack.Config{
-		RocketMQ: cfg.rocketmq(log),
-		Group:    cfg.ProducerGroup,
-		Topics:   []string{cfg.Topic},
-		Logger:   log,
-		Hooks:    m.Hooks(),
+		RocketMQ:   cfg.rocketmq(log),
+		Group:      cfg.ProducerGroup,
+		Topics:     []string{cfg.Topic},
+		Logger:     log,
+		Hooks:      m.Hooks(),
+		Reconcile:  cfg.Reconcile,
+		Reconciler: txrmq.ReconcilerConfig{Window: cfg.ReconcileWindow},
 	}
 }
 

@@ -1,7 +1,10 @@
 // Package rmqwire speaks RocketMQ's remoting protocol for one request at
-// a time, bounded by a context: the framing ([Invoke]) and the name
+// a time, bounded by a context: the framing ([Invoke]), the name
 // server's two answers txmsg reads (a topic's route and the cluster's
-// brokers). The dashboard's broker queries build on Invoke too. The client library's own calls take no context and
+// brokers), and two broker reads of the reconciler's (messages by key,
+// [QueryByKey], which the dashboard uses too, and a broker's runtime
+// information, [RuntimeInfo]). The dashboard's other broker queries build
+// on Invoke. The client library's own calls take no context and
 // wait up to 6 s per name server and topic, and the client reports a name
 // server that does not answer the same way as a topic that does not exist.
 package rmqwire
@@ -17,6 +20,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -63,25 +67,56 @@ var opaque atomic.Int32
 // exchange (connect, TLS handshake, write, read) ends when ctx does; an
 // address that accepts connections but never answers costs no more.
 func Invoke(ctx context.Context, addr string, useTLS bool, code int, ext map[string]string) (*Answer, error) {
+	c, err := Dial(ctx, addr, useTLS)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Invoke(ctx, code, ext)
+}
+
+// Conn is one connection to a name server or broker, for requests one at
+// a time: [Conn.Invoke] is [Invoke] without the connect. It is not safe
+// for concurrent use. After an error, close it.
+type Conn struct {
+	conn net.Conn
+	addr string
+}
+
+// Dial connects to the name server or broker at addr, within ctx.
+func Dial(ctx context.Context, addr string, useTLS bool) (*Conn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
 	if useTLS {
+		stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 		// As the client: its TLS does not verify the server's certificate.
 		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the client's own setting
-		if err := tc.HandshakeContext(ctx); err != nil {
+		err := tc.HandshakeContext(ctx)
+		if !stop() || err != nil {
+			_ = conn.Close()
+			if err == nil {
+				err = ctx.Err()
+			}
 			return nil, ctxErr(ctx, err)
 		}
 		conn = tc
 	}
+	return &Conn{conn: conn, addr: addr}, nil
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.conn.Close() }
+
+// Invoke sends one request on c and reads its answer, within ctx.
+func (c *Conn) Invoke(ctx context.Context, code int, ext map[string]string) (*Answer, error) {
+	conn, addr := c.conn, c.addr
+	dl, _ := ctx.Deadline() // the zero time, no deadline, when ctx has none
+	_ = conn.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	id := opaque.Add(1)
 	h, err := json.Marshal(header{Code: code, Language: "GO", Version: 317, Opaque: id, ExtFields: ext})
 	if err != nil {
@@ -117,6 +152,11 @@ func Invoke(ctx context.Context, addr string, useTLS bool, code int, ext map[str
 		}
 		if rh.Opaque != id || rh.Flag&1 == 0 {
 			continue // not the answer to this request
+		}
+		if !stop() {
+			// ctx ended as the answer came: the connection's deadline
+			// is spent, so it must not be used again.
+			return nil, ctxErr(ctx, context.Cause(ctx))
 		}
 		return &Answer{Code: rh.Code, Remark: rh.Remark, Ext: rh.ExtFields, Body: rest[hlen:]}, nil
 	}
@@ -219,4 +259,71 @@ func decode(body []byte, v any) error {
 		return fmt.Errorf("cannot parse the name server's answer: %w (%.200q)", err, bytes.TrimSpace(body))
 	}
 	return nil
+}
+
+// Broker request and response codes the reconciler and the dashboard use.
+const (
+	codeQueryMessage         = 12
+	codeGetBrokerRuntimeInfo = 28
+	codeQueryNotFound        = 22
+)
+
+// QueryByKey asks the broker at addr for up to max messages of topic
+// stored under key (the broker's message key index) between from and to.
+// The index matches keys by hash, so the answer may hold messages with
+// other keys; callers compare. No message is an empty answer, not an
+// error.
+func QueryByKey(ctx context.Context, addr string, useTLS bool, topic, key string, max int, from, to time.Time) ([]byte, bool, error) {
+	c, err := Dial(ctx, addr, useTLS)
+	if err != nil {
+		return nil, false, err
+	}
+	defer c.Close()
+	return c.QueryByKey(ctx, topic, key, max, from, to)
+}
+
+// QueryByKey is the package's QueryByKey on c.
+func (c *Conn) QueryByKey(ctx context.Context, topic, key string, max int, from, to time.Time) ([]byte, bool, error) {
+	addr := c.addr
+	ext := map[string]string{
+		"topic":             topic,
+		"key":               key,
+		"maxNum":            strconv.Itoa(max),
+		"beginTimestamp":    strconv.FormatInt(from.UnixMilli(), 10),
+		"endTimestamp":      strconv.FormatInt(to.UnixMilli(), 10),
+		"_UNIQUE_KEY_QUERY": "false",
+	}
+	a, err := c.Invoke(ctx, codeQueryMessage, ext)
+	if err != nil {
+		return nil, false, err
+	}
+	switch a.Code {
+	case codeSuccess:
+		return a.Body, true, nil
+	case codeQueryNotFound:
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("query %s by key on %s: code %d: %s", topic, addr, a.Code, a.Remark)
+	}
+}
+
+// RuntimeInfo asks the broker at addr for its runtime table
+// (GET_BROKER_RUNTIME_INFO): string values by name, among them
+// "bootTimestamp" (when the broker process started, in Unix
+// milliseconds) and "commitLogMaxOffset".
+func RuntimeInfo(ctx context.Context, addr string, useTLS bool) (map[string]string, error) {
+	a, err := Invoke(ctx, addr, useTLS, codeGetBrokerRuntimeInfo, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Code != codeSuccess {
+		return nil, fmt.Errorf("runtime info of %s: code %d: %s", addr, a.Code, a.Remark)
+	}
+	var out struct {
+		Table map[string]string `json:"table"`
+	}
+	if err := decode(a.Body, &out); err != nil {
+		return nil, fmt.Errorf("runtime info of %s: %w", addr, err)
+	}
+	return out.Table, nil
 }

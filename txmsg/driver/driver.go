@@ -67,7 +67,8 @@
 // transactional mode, [LocalDone] in local-table mode, [CheckBack] after
 // each answered check-back, [Held] when a transaction's outcome cannot be
 // known, [RelayBatch] and [RelayUnavailable] in a relay, [InvalidSend]
-// when Message.Validate refused a message in Transact. A consumer that
+// when Message.Validate refused a message in Transact, [Reconciled] after
+// a reconciler's pass. A consumer that
 // calls [Process] or [ParkFailed] need not call [BeforeHandle] or
 // [Consumed] itself: the inbox's hooks are called there. Every dispatch
 // function recovers a panicking hook and goes on with the others.
@@ -108,6 +109,7 @@ var (
 	beforeHandle     = fn[func(txmsg.Hooks, context.Context, string, *txmsg.Received) context.Context]("BeforeHandle", bridge.BeforeHandle)
 	consumed         = fn[func(txmsg.Hooks, context.Context, string, *txmsg.Received, txmsg.Outcome, error, time.Duration)]("Consumed", bridge.Consumed)
 	invalidSend      = fn[func(txmsg.Hooks, context.Context, *txmsg.Message, error)]("InvalidSend", bridge.InvalidSend)
+	reconciled       = fn[func(txmsg.Hooks, context.Context, string, int, int, int, error, time.Duration)]("Reconciled", bridge.Reconciled)
 	callLocal        = fn[func(context.Context, *gorm.DB, txmsg.LocalTx) error]("CallLocal", bridge.CallLocal)
 	process          = fn[func(txmsg.Route, context.Context, *txmsg.Inbox, string, *txmsg.Received) (txmsg.Outcome, error)]("Process", bridge.Process)
 	run              = fn[func(*txmsg.Inbox, context.Context, string, string, string, func(context.Context, *gorm.DB) error) (txmsg.Outcome, error)]("Run", bridge.Run)
@@ -167,6 +169,12 @@ func RelayUnavailable(hs txmsg.Hooks, ctx context.Context, relay, table string, 
 // when Message.Validate refused msg, with that error.
 func InvalidSend(hs txmsg.Hooks, ctx context.Context, msg *txmsg.Message, err error) {
 	invalidSend(hs, ctx, msg, err)
+}
+
+// Reconciled calls every [txmsg.HookReconciled] of hs after a
+// reconciler's pass over a window.
+func Reconciled(hs txmsg.Hooks, ctx context.Context, reconciler string, checked, missing, republished int, err error, took time.Duration) {
+	reconciled(hs, ctx, reconciler, checked, missing, republished, err, took)
 }
 
 // BeforeHandle calls every [txmsg.HookBeforeHandle] of hs, threading the

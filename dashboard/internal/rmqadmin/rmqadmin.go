@@ -24,7 +24,6 @@ import (
 
 // Request codes (RocketMQ's RequestCode).
 const (
-	codeQueryMessage        = 12
 	codeQueryConsumerOffset = 14
 	codeGetMaxOffset        = 30
 	codeGetMinOffset        = 31
@@ -215,24 +214,11 @@ func (c *Client) Connections(ctx context.Context, addr, group string) (int, erro
 // QueryByKey returns up to max messages of topic stored under key on the
 // broker at addr (the message keys index), stored in [from, to].
 func (c *Client) QueryByKey(ctx context.Context, addr, topic, key string, max int, from, to time.Time) ([]*primitive.MessageExt, error) {
-	ext := map[string]string{
-		"topic":             topic,
-		"key":               key,
-		"maxNum":            strconv.Itoa(max),
-		"beginTimestamp":    strconv.FormatInt(from.UnixMilli(), 10),
-		"endTimestamp":      strconv.FormatInt(to.UnixMilli(), 10),
-		"_UNIQUE_KEY_QUERY": "false",
-	}
-	res, err := c.invoke(ctx, addr, codeQueryMessage, ext)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout())
+	defer cancel()
+	body, ok, err := rmqwire.QueryByKey(ctx, addr, c.TLS, topic, key, max, from, to)
+	if err != nil || !ok {
 		return nil, err
 	}
-	switch res.Code {
-	case resSuccess:
-	case resQueryNotFound:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("query %s by key: code %d: %s", topic, res.Code, res.Remark)
-	}
-	return primitive.DecodeMessage(res.Body), nil
+	return primitive.DecodeMessage(body), nil
 }

@@ -15,9 +15,9 @@ var (
 	// BindHooks is Hooks.bind.
 	BindHooks any
 	// BeforeSend, HalfSent, LocalDone, CheckBack, Held, RelayBatch,
-	// RelayUnavailable, BeforeHandle, Consumed and InvalidSend are the
-	// dispatch methods of Hooks.
-	BeforeSend, HalfSent, LocalDone, CheckBack, Held, RelayBatch, RelayUnavailable, BeforeHandle, Consumed, InvalidSend any
+	// RelayUnavailable, BeforeHandle, Consumed, InvalidSend and Reconciled
+	// are the dispatch methods of Hooks.
+	BeforeSend, HalfSent, LocalDone, CheckBack, Held, RelayBatch, RelayUnavailable, BeforeHandle, Consumed, InvalidSend, Reconciled any
 	// CallLocal runs a LocalTx, turning a panic into a *PanicError.
 	CallLocal any
 	// Process is Route.handle.
