@@ -17,12 +17,26 @@ type keptHeader struct {
 	Keys        []string          `json:"keys,omitempty"`
 	ShardingKey string            `json:"sk,omitempty"`
 	Properties  map[string]string `json:"props,omitempty"`
+	// DeliverAt is a delayed message's due time (Unix milliseconds, as
+	// txmsg.PropertyDeliverAt), so that sending it again never makes it
+	// early.
+	DeliverAt string `json:"due,omitempty"`
 }
 
 // encodeMessage is the message column of msg: its header as one line of
 // JSON (which never holds a raw newline), a newline, and the body as is.
 func encodeMessage(msg *txmsg.Message) ([]byte, error) {
-	h, err := json.Marshal(keptHeader{Tag: msg.Tag, Keys: msg.Keys, ShardingKey: msg.ShardingKey, Properties: msg.Properties})
+	kh := keptHeader{Tag: msg.Tag, Keys: msg.Keys, ShardingKey: msg.ShardingKey, Properties: msg.Properties}
+	// The barrier row is written after the half message was sent, so a
+	// relative delay counted from now is due no earlier than the half
+	// message's.
+	switch {
+	case msg.Delay > 0:
+		kh.DeliverAt = txmsg.FormatDeliverAt(time.Now().Add(msg.Delay))
+	case !msg.DeliverAt.IsZero():
+		kh.DeliverAt = txmsg.FormatDeliverAt(msg.DeliverAt)
+	}
+	h, err := json.Marshal(kh)
 	if err != nil {
 		return nil, fmt.Errorf("%w: checker: keep message %s: %w", txmsg.ErrInvalidMessage, msg.ID, err)
 	}
@@ -42,10 +56,18 @@ func decodeMessage(id, topic string, enc []byte) (*txmsg.Message, error) {
 	if err := json.Unmarshal(enc[:i], &h); err != nil {
 		return nil, fmt.Errorf("checker: barrier row %s keeps an unreadable message: %w", id, err)
 	}
-	return &txmsg.Message{
+	m := &txmsg.Message{
 		ID: id, Topic: topic, Tag: h.Tag, Keys: h.Keys, ShardingKey: h.ShardingKey,
 		Properties: h.Properties, Body: append([]byte(nil), enc[i+1:]...),
-	}, nil
+	}
+	if h.DeliverAt != "" {
+		due, ok := txmsg.ParseDeliverAt(h.DeliverAt)
+		if !ok {
+			return nil, fmt.Errorf("checker: barrier row %s keeps an unreadable due time %q", id, h.DeliverAt)
+		}
+		m.DeliverAt = due
+	}
+	return m, nil
 }
 
 // Committed reads one page of the committed barrier rows created in

@@ -150,7 +150,9 @@ func Transactional(db *gorm.DB, cfg TransactionalConfig) (*Stack, error) {
 		s.forwarder = fw
 		background = append(background, component{"forwarder", fw.Start, fw.Close})
 		if cfg.Reconcile {
-			rec, err := txrmq.NewReconciler(chk, pub, cfg.reconciler())
+			rcfg := cfg.reconciler()
+			rcfg.DelayTopic = cfg.Producer.DelayTopic
+			rec, err := txrmq.NewReconciler(chk, pub, rcfg)
 			if err != nil {
 				s.components = background
 				s.discard()

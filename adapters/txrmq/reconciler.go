@@ -82,6 +82,12 @@ type ReconcilerConfig struct {
 	// QueryTimeout bounds one request to a name server or a broker.
 	// Default [DefaultReconcileQueryTimeout] (3 s).
 	QueryTimeout time.Duration
+	// DelayTopic is the topic delayed transactional messages wait in
+	// ([TransactionalConfig.DelayTopic]): a delayed event is present when
+	// its topic or this one has it, and one missing that is not due yet is
+	// published again to this topic, for a [Forwarder] to send on at its
+	// due time, never earlier. Default [DefaultDelayTopic].
+	DelayTopic string
 	// DryRun reports the missing events without publishing them again.
 	DryRun bool
 	// KeepMessagesFor is how long barrier rows keep their messages
@@ -105,6 +111,9 @@ func (c ReconcilerConfig) WithDefaults() ReconcilerConfig {
 	c.Conn = c.Conn.WithDefaults()
 	if c.Name == "" {
 		c.Name = "reconciler"
+	}
+	if c.DelayTopic == "" {
+		c.DelayTopic = DefaultDelayTopic
 	}
 	setDefault(&c.Window, DefaultReconcileWindow)
 	setDefault(&c.Interval, DefaultReconcileInterval)
@@ -393,14 +402,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, since, until time.Time) (res
 // returns the missing ones it found before an error too.
 func (r *Reconciler) check(ctx context.Context, conns *connPool, msgs []*txmsg.Message, routes map[string][]string, since time.Time) ([]*txmsg.Message, error) {
 	for _, m := range msgs {
-		if _, ok := routes[m.Topic]; ok {
-			continue
+		for _, topic := range r.topicsOf(m) {
+			if _, ok := routes[topic]; ok {
+				continue
+			}
+			addrs, err := r.readAddrs(ctx, topic)
+			if err != nil {
+				return nil, err
+			}
+			routes[topic] = addrs
 		}
-		addrs, err := r.readAddrs(ctx, m.Topic)
-		if err != nil {
-			return nil, err
-		}
-		routes[m.Topic] = addrs
 	}
 	// The broker's index is searched by store time: from a margin before
 	// the window (the producers', the database's and the brokers' clocks
@@ -415,7 +426,11 @@ func (r *Reconciler) check(ctx context.Context, conns *connPool, msgs []*txmsg.M
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			found[i], errs[i] = r.present(ctx, conns, routes[m.Topic], m, from, to)
+			for _, topic := range r.topicsOf(m) {
+				if found[i], errs[i] = r.present(ctx, conns, topic, routes[topic], m, from, to); found[i] || errs[i] != nil {
+					return
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -431,11 +446,20 @@ func (r *Reconciler) check(ctx context.Context, conns *connPool, msgs []*txmsg.M
 	return missing, nil
 }
 
-// present reports whether a broker of addrs has m, by its txmsg ID in the
-// key index. Every broker must answer for "no".
-func (r *Reconciler) present(ctx context.Context, conns *connPool, addrs []string, m *txmsg.Message, from, to time.Time) (bool, error) {
+// topicsOf returns the topics m may be found in: its own and, for a
+// delayed message, the delay topic it waits in until it is due.
+func (r *Reconciler) topicsOf(m *txmsg.Message) []string {
+	if m.DeliverAt.IsZero() || m.Topic == r.cfg.DelayTopic {
+		return []string{m.Topic}
+	}
+	return []string{m.Topic, r.cfg.DelayTopic}
+}
+
+// present reports whether a broker of addrs has m in topic, by its txmsg
+// ID in the key index. Every broker must answer for "no".
+func (r *Reconciler) present(ctx context.Context, conns *connPool, name string, addrs []string, m *txmsg.Message, from, to time.Time) (bool, error) {
 	var errs []error
-	topic := r.cfg.brokerTopic(m.Topic)
+	topic := r.cfg.brokerTopic(name)
 	for _, addr := range addrs {
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 		body, ok, err := conns.queryByKey(qctx, addr, topic, m.ID, from, to)
@@ -455,7 +479,7 @@ func (r *Reconciler) present(ctx context.Context, conns *connPool, addrs []strin
 		}
 	}
 	if len(errs) > 0 {
-		return false, fmt.Errorf("reconciler: look %s up in %s: %w", m.ID, m.Topic, errors.Join(errs...))
+		return false, fmt.Errorf("reconciler: look %s up in %s: %w", m.ID, name, errors.Join(errs...))
 	}
 	return false, nil
 }
@@ -511,9 +535,27 @@ func (r *Reconciler) republish(ctx context.Context, msgs []*txmsg.Message) (int,
 	for _, m := range msgs {
 		r.log.Warn("committed event missing from the brokers; publishing it again", "txmsg_id", m.ID, "topic", m.Topic)
 	}
+	// A delayed event not yet due goes back to the delay topic, one at a
+	// time; the others go to their topics in one call.
+	var now []*txmsg.Message
+	sent := 0
+	for _, m := range msgs {
+		if !m.DeliverAt.After(time.Now()) {
+			now = append(now, m)
+			continue
+		}
+		if err := sendAgain(ctx, r.pub, r.cfg.DelayTopic, m); err != nil {
+			return sent, fmt.Errorf("reconciler: publish delayed event %s again: %w", m.ID, err)
+		}
+		sent++
+	}
+	if len(now) == 0 {
+		return sent, nil
+	}
+	msgs = now
 	err := r.pub.Publish(ctx, msgs...)
 	if err == nil {
-		return len(msgs), nil
+		return sent + len(msgs), nil
 	}
 	var be *txmsg.BatchError
 	if errors.As(err, &be) {
@@ -523,9 +565,9 @@ func (r *Reconciler) republish(ctx context.Context, msgs []*txmsg.Message) (int,
 				n++
 			}
 		}
-		return n, fmt.Errorf("reconciler: publish %d missing events again: %w", len(msgs)-n, err)
+		return sent + n, fmt.Errorf("reconciler: publish %d missing events again: %w", len(msgs)-n, err)
 	}
-	return 0, fmt.Errorf("reconciler: publish %d missing events again: %w", len(msgs), err)
+	return sent, fmt.Errorf("reconciler: publish %d missing events again: %w", len(msgs), err)
 }
 
 // readAddrs returns the address to query of each broker group serving

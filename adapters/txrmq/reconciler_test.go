@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -479,4 +480,50 @@ func TestReconcilerWatchesTheMasterMoveAndReconciles(t *testing.T) {
 	hook.mu.Lock()
 	require.Len(t, hook.passes, 1, "one change, one pass")
 	hook.mu.Unlock()
+}
+
+// A delayed event the broker lost before its due time goes back to the
+// delay topic, not to its topic: the forwarder sends it on when it is due,
+// never earlier.
+func TestReconcilerSendsALostDelayedEventToTheDelayTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testbed.DB(t)
+	chk, err := checker.New(db, checker.Config{KeepMessages: true})
+	require.NoError(t, err)
+	require.NoError(t, chk.Migrate(ctx))
+	topic, delayTopic := testbed.Topic(t), testbed.Topic(t)
+	arr := &arrivals{at: map[string]time.Time{}}
+	obs := testbed.Observe(t, topic, func(m *primitive.MessageExt) error { arr.record(m); return nil })
+	f := newForwarder(t, delayTopic, DelayAuto)
+	require.NoError(t, f.Start(ctx))
+	pub := newTestPublisher(t, 0)
+
+	lost := event(topic, "lost-delayed")
+	lost.Delay = 6 * time.Second
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error { return chk.BeginMessage(ctx, tx, lost) }))
+	kept := time.Now()
+
+	rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, DelayTopic: delayTopic})
+	require.NoError(t, err)
+	now, err := chk.Now(ctx)
+	require.NoError(t, err)
+	res, err := rec.Reconcile(ctx, now.Add(-2*time.Minute), now.Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, []string{lost.ID}, res.Missing)
+	require.Equal(t, 1, res.Republished)
+
+	due := kept.Add(lost.Delay)
+	obs.NeverDelivered(t, lost.ID, time.Until(due)-300*time.Millisecond)
+	obs.DeliveredWithin(t, lost.ID, 15*time.Second)
+	require.False(t, arr.get(lost.ID).Before(due.Add(-20*time.Millisecond)), "arrived %v before its due time", due.Sub(arr.get(lost.ID)))
+	require.Equal(t, lost.Body, obs.First(lost.ID).Body)
+
+	// While it waits in the delay topic, and after, the event is present.
+	require.Eventually(t, func() bool {
+		res, err = rec.Reconcile(ctx, now.Add(-2*time.Minute), now.Add(time.Second))
+		require.NoError(t, err)
+		return len(res.Missing) == 0
+	}, 20*time.Second, 500*time.Millisecond)
+	require.Equal(t, 1, obs.Count(lost.ID))
 }

@@ -564,17 +564,26 @@ func (s *Sweeper) sweep(ctx context.Context, ext *primitive.MessageExt) verdict 
 // (its broker REAL_TOPIC), for a Forwarder to send on when due, when pub
 // is a [*Publisher]; any other to its topic now.
 func (s *Sweeper) republish(ctx context.Context, ext *primitive.MessageExt, m *txmsg.Message) error {
-	delayTopic := ext.GetProperty(primitive.PropertyRealTopic)
-	if m.DeliverAt.After(time.Now()) && delayTopic != "" && delayTopic != m.Topic {
-		if p, ok := s.pub.(*Publisher); ok {
-			pm := toPrimitive(m)
-			pm.Topic = delayTopic
-			return p.sendOne(ctx, pm)
-		}
-		s.log.Warn("discarded delayed half message republished before its due time: the sweeper's publisher is not a txrmq.Publisher",
-			"txmsg_id", m.ID, "due", m.DeliverAt)
+	return sendAgain(ctx, s.pub, ext.GetProperty(primitive.PropertyRealTopic), m)
+}
+
+// sendAgain publishes m again through pub: a delayed message that is not
+// due yet goes to delayTopic, as a Transactional producer sends it, for a
+// [Forwarder] to send on at its due time; any other goes to its topic at
+// once. A delayed message is never sent early: without a [Publisher] to
+// send it to the delay topic, sendAgain fails.
+func sendAgain(ctx context.Context, pub txmsg.Publisher, delayTopic string, m *txmsg.Message) error {
+	if !m.DeliverAt.After(time.Now()) || delayTopic == "" || delayTopic == m.Topic {
+		return pub.Publish(ctx, m)
 	}
-	return s.pub.Publish(ctx, m)
+	p, ok := pub.(*Publisher)
+	if !ok {
+		return fmt.Errorf("%w: delayed message %s is due at %s and the publisher (%T) cannot send it to the delay topic %s: give a txrmq.Publisher",
+			txmsg.ErrInvalidConfig, m.ID, m.DeliverAt.UTC().Format(time.RFC3339), pub, delayTopic)
+	}
+	pm := toPrimitive(m)
+	pm.Topic = delayTopic
+	return p.sendOne(ctx, pm)
 }
 
 // hold keeps a half message whose outcome the barrier can no longer tell:
