@@ -25,6 +25,10 @@ type component struct {
 	name string // label: "namesrv", "broker", or the cluster broker's name
 	// brokerName is the broker's brokerName setting.
 	brokerName string
+	// brokerID and role are the broker's brokerId and brokerRole in the
+	// HA form ("" elsewhere: broker.conf's).
+	brokerID int
+	role     string
 	dir        string // user.home and ROCKETMQ_HOME of the JVM
 	host       string
 	port       int
