@@ -29,9 +29,9 @@ type component struct {
 	// HA form ("" elsewhere: broker.conf's).
 	brokerID int
 	role     string
-	dir        string // user.home and ROCKETMQ_HOME of the JVM
-	host       string
-	port       int
+	dir      string // user.home and ROCKETMQ_HOME of the JVM
+	host     string
+	port     int
 }
 
 func (c component) pidFile() string  { return filepath.Join(c.dir, c.kind+".pid") }
