@@ -187,8 +187,16 @@ func RequireCluster(t *testing.T) []ClusterBroker {
 }
 
 // topicBrokers are the brokers a new topic is created on: every broker of
-// the cluster when the tests run against it, else the test broker.
+// the cluster or every master of the HA form when the tests run against
+// it, else the test broker.
 func topicBrokers() []string {
+	if ns := haNameServer(); ns != "" && ns == NameServer() {
+		var addrs []string
+		for _, b := range haMasters() {
+			addrs = append(addrs, b.Addr)
+		}
+		return addrs
+	}
 	if ns := ClusterNameServer(); ns != "" && ns == NameServer() {
 		var addrs []string
 		for _, b := range ClusterBrokers() {

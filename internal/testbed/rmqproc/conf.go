@@ -249,6 +249,14 @@ func (in *Instance) writeConfigs(c component) error {
 				// 10 s (the least; default 30 s) shortens the wait after a
 				// start.
 				"registerNameServerPeriod=10000")
+			if c.role == "SLAVE" {
+				// A slave answers pulls only with slaveReadEnable
+				// (otherwise SYSTEM_BUSY, "[REJECTREQUEST]system busy"):
+				// without it consumers cannot read a dead master's queues
+				// from its slave. Set on the slave only, so that a master
+				// never sends consumers that lag to its slave.
+				lines = append(lines, "slaveReadEnable=true")
+			}
 			if c.role == "SYNC_MASTER" {
 				// RocketMQ 5.x waits for as many replicas, the master
 				// included, as inSyncReplicas says: 1 (the default) makes
