@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -308,10 +309,113 @@ func TestHAMasterKill(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Logf("%d events stored on %s before the kill handled while it was down (read from %s)", len(onDead), dead, ha.Slave(dead))
+	t.Logf("%d events stored on %s before the kill handled while it was down (read from %s), the last %s after the kill",
+		len(onDead), dead, ha.Slave(dead), time.Since(killedAt).Round(time.Second))
 
 	restartAt := time.Now()
 	ha.Start(t, dead)
 	t.Logf("%s back after %s", dead, time.Since(restartAt).Round(time.Second))
 	checkOutcome(t, e, h, l, 90*time.Second)
+}
+
+// Under synchronous replication (SYNC_MASTER, inSyncReplicas=2) the slave
+// of broker-a is SIGKILLed under transactions and publishes: broker-a
+// stores each message but answers FLUSH_SLAVE_TIMEOUT after slaveTimeout
+// (3 s). For a half message rocketmq-client-go then rolls it back and
+// never runs the local transaction; Transact returns an error wrapping
+// txmsg.ErrUnavailable, nothing is written and no event is delivered. A
+// publish gets the same error (the message stored on the master may be
+// delivered; a retry is deduplicated by the inbox). Once the slave is
+// back, every committed event is handled exactly once.
+func TestHASyncSlaveKill(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	if ha.Replication != "sync" {
+		t.Skipf("needs synchronous replication (make test-ha runs it on the sync form); this form replicates %s", ha.Replication)
+	}
+	master := ha.Masters[0].Name
+	slave := ha.Slave(master)
+	e := newTxEnv(t)
+	h := startHAInbox(t, e)
+	h.open()
+	tr := e.start(t, e.db, e.chk, nil)
+	pub := newTestPublisher(t, 0)
+
+	l := runHALoad(t, e, tr, pub, 4)
+	require.Eventually(t, func() bool { return l.n.Load() >= 100 }, 60*time.Second, 100*time.Millisecond, "the load did not start")
+	killedAt := time.Now()
+	ha.Kill(t, slave)
+	t.Cleanup(func() { ha.Restore(t) })
+	l.mu.Lock()
+	failedBefore := len(l.failed)
+	l.mu.Unlock()
+	time.Sleep(15 * time.Second)
+	l.mu.Lock()
+	faultFailed := len(l.failed) - failedBefore
+	var unavailable int
+	for msg, n := range l.failErrs {
+		if strings.Contains(msg, "FLUSH_SLAVE_TIMEOUT") {
+			unavailable += n
+		}
+	}
+	l.mu.Unlock()
+	after := l.committedSince(killedAt)
+	restartAt := time.Now()
+	ha.Start(t, slave)
+	t.Logf("%s back after %s", slave, time.Since(restartAt).Round(time.Second))
+	l.halt()
+	t.Logf("sync replication, %s killed for %s: %d transactions in all, %d committed (%d while the slave was down), %d rolled back on purpose, %d failed while it was down (%d with FLUSH_SLAVE_TIMEOUT; %v); %d publishes, %d failed",
+		slave, restartAt.Sub(killedAt).Round(time.Second), l.n.Load(), len(l.committed), after, len(l.rolledBack), faultFailed, unavailable, l.failErrs, len(l.published), l.pubFailed)
+	require.Positive(t, unavailable, "no half send to %s failed with FLUSH_SLAVE_TIMEOUT while its slave was down", master)
+	require.Positive(t, after, "no transaction committed while %s was down", slave)
+	checkOutcome(t, e, h, l, 90*time.Second)
+}
+
+// A producer commits 16 local transactions over both groups and is
+// SIGKILLed before any END_TRANSACTION; broker-a is SIGKILLed right after,
+// before its first check-back (transactionTimeOut 1 s). Its half messages
+// wait on its disk (its slave holds copies but sends no check-backs): when
+// it returns, it checks them back, the surviving producer of the group
+// answers COMMIT from the barrier, and each event is handled exactly once.
+func TestHACheckBackAcrossMasterRestart(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	dead := ha.Masters[0].Name
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	h := startHAInbox(t, e)
+	h.open()
+	var cb checkBackRecorder
+	e.start(t, e.db, e.chk, nil, &cb)
+
+	prefix := "child-" + testbed.Suffix()
+	runClusterChild(t, e, prefix, 16)
+	ha.Kill(t, dead)
+	t.Cleanup(func() { ha.Restore(t) })
+	killedAt := time.Now()
+	time.Sleep(5 * time.Second)
+	var beforeRestart int
+	for i := 0; i < 16; i++ {
+		if _, ok := h.handledAt(fmt.Sprintf("%s-%d", prefix, i)); ok {
+			beforeRestart++
+		}
+	}
+	restartAt := time.Now()
+	ha.Start(t, dead)
+	var onDead int
+	for i := 0; i < 16; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		obs.Delivered(t, id)
+		require.Equal(t, checker.StateCommitted, e.barrier(t, id))
+		if obs.First(id).Queue.BrokerName == dead {
+			onDead++
+			require.True(t, cb.has(id), "%s on %s was not checked back", id, dead)
+		}
+	}
+	require.Positive(t, onDead, "none of the killed producer's half messages was on %s", dead)
+	l := &haLoad{committed: map[string]time.Time{}, published: map[string]time.Time{}}
+	for i := 0; i < 16; i++ {
+		l.committed[fmt.Sprintf("%s-%d", prefix, i)] = killedAt
+	}
+	checkOutcome(t, e, h, l, 90*time.Second)
+	t.Logf("%d of 16 half messages on %s; %d events handled before its restart (%s after the kill), all 16 once after it",
+		onDead, dead, beforeRestart, restartAt.Sub(killedAt).Round(time.Second))
 }

@@ -2,8 +2,13 @@ package testbed
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"testing"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
 
 	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 )
@@ -77,6 +82,34 @@ func haMasters() []rmqproc.Broker {
 		return nil
 	}
 	return cfg.Brokers
+}
+
+// createOnSlaves creates topic on every slave of the HA form when the
+// tests run against it. A slave copies its master's topics only once a
+// minute; until then it answers a pull of a new topic with "topic not
+// exist", so a consumer could not read a dead master's queues from it.
+func createOnSlaves(ctx context.Context, topic string, queues int) error {
+	ns := haNameServer()
+	if ns == "" || ns != NameServer() {
+		return nil
+	}
+	adm, err := sharedAdmin(ns)
+	if err != nil {
+		return err
+	}
+	for _, m := range haMasters() {
+		host, port, err := net.SplitHostPort(m.Addr)
+		if err != nil {
+			return err
+		}
+		p, _ := strconv.Atoi(port)
+		addr := net.JoinHostPort(host, strconv.Itoa(p+rmqproc.SlavePortOffset))
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(queues), admin.WithWriteQueueNums(queues)); err != nil {
+			return fmt.Errorf("create topic %s on the slave %s of %s: %w", topic, addr, m.Name, err)
+		}
+	}
+	return nil
 }
 
 // RequireHA skips t unless [HAEnv] is set, checks that the HA form's
