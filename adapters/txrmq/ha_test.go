@@ -164,14 +164,7 @@ func runHALoad(t *testing.T, e *txEnv, tr *Transactional, pub *Publisher, worker
 					l.committed[id] = time.Now()
 				default:
 					l.failed = append(l.failed, id)
-					msg := "<nil>"
-					if err != nil {
-						msg = err.Error()
-						if len(msg) > 120 {
-							msg = msg[:120]
-						}
-					}
-					l.failErrs[msg]++
+					l.failErrs[haErrKind(err)]++
 				}
 				l.mu.Unlock()
 				if w == 0 {
@@ -191,6 +184,25 @@ func runHALoad(t *testing.T, e *txEnv, tr *Transactional, pub *Publisher, worker
 		}(w)
 	}
 	return l
+}
+
+// haErrKind names the kind of a failed transaction's error.
+func haErrKind(err error) string {
+	switch {
+	case err == nil:
+		return "no error, not committed"
+	case errors.Is(err, txmsg.ErrRolledBackByCheck):
+		return "ErrRolledBackByCheck"
+	case errors.Is(err, txmsg.ErrUnavailable):
+		for _, st := range []string{"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE", "FLUSH_DISK_TIMEOUT"} {
+			if strings.Contains(err.Error(), st) {
+				return "ErrUnavailable " + st
+			}
+		}
+		return "ErrUnavailable"
+	default:
+		return err.Error()
+	}
 }
 
 func (l *haLoad) halt() {
@@ -359,10 +371,11 @@ func TestHASyncSlaveKill(t *testing.T) {
 	time.Sleep(15 * time.Second)
 	l.mu.Lock()
 	faultFailed := len(l.failed) - failedBefore
-	var unavailable int
-	for msg, n := range l.failErrs {
-		if strings.Contains(msg, "FLUSH_SLAVE_TIMEOUT") {
-			unavailable += n
+	unavailable := l.failErrs["ErrUnavailable FLUSH_SLAVE_TIMEOUT"]
+	fenced := l.failErrs["ErrRolledBackByCheck"]
+	for kind := range l.failErrs {
+		if kind != "ErrUnavailable FLUSH_SLAVE_TIMEOUT" && kind != "ErrRolledBackByCheck" {
+			t.Errorf("a transaction failed with %q: want ErrUnavailable (FLUSH_SLAVE_TIMEOUT) or ErrRolledBackByCheck", kind)
 		}
 	}
 	l.mu.Unlock()
@@ -371,9 +384,9 @@ func TestHASyncSlaveKill(t *testing.T) {
 	ha.Start(t, slave)
 	t.Logf("%s back after %s", slave, time.Since(restartAt).Round(time.Second))
 	l.halt()
-	t.Logf("sync replication, %s killed for %s: %d transactions in all, %d committed (%d while the slave was down), %d rolled back on purpose, %d failed while it was down (%d with FLUSH_SLAVE_TIMEOUT; %v); %d publishes, %d failed",
-		slave, restartAt.Sub(killedAt).Round(time.Second), l.n.Load(), len(l.committed), after, len(l.rolledBack), faultFailed, unavailable, l.failErrs, len(l.published), l.pubFailed)
-	require.Positive(t, unavailable, "no half send to %s failed with FLUSH_SLAVE_TIMEOUT while its slave was down", master)
+	t.Logf("sync replication, %s killed for %s: %d transactions in all, %d committed (%d while the slave was down), %d rolled back on purpose, %d failed while it was down (%d FLUSH_SLAVE_TIMEOUT, %d fenced by a check-back); %d publishes, %d failed",
+		slave, restartAt.Sub(killedAt).Round(time.Second), l.n.Load(), len(l.committed), after, len(l.rolledBack), faultFailed, unavailable, fenced, len(l.published), l.pubFailed)
+	require.Positive(t, unavailable+fenced, "no transaction on %s failed while its slave was down", master)
 	require.Positive(t, after, "no transaction committed while %s was down", slave)
 	checkOutcome(t, e, h, l, 90*time.Second)
 }
