@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -396,10 +397,19 @@ func (in *Instance) Stop(broker string) error {
 		return err
 	}
 	defer unlock()
-	for _, b := range targets {
-		if err := in.stopOne(b); err != nil {
-			return err
-		}
+	// Brokers shut down in 10-20 s each: all at once.
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, b := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = in.stopOne(b)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	if broker == "" {
 		return in.stopOne(in.ns)
