@@ -141,7 +141,7 @@ test-stock:
 		./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
 	$(STOCK_ENV) scripts/rocketmq.sh stop; exit $$status
 
-## test-ha: the tests that call testbed.RequireHA (adapters/txrmq; with TXMSG_HA set the packages' other tests
+## test-ha: the tests that call testbed.RequireHA (adapters/txrmq and adapters/outbox; with TXMSG_HA set the packages' other tests
 ## skip) on the HA form of the test bed, twice: two groups of a master and a slave (broker-a 21911 with broker-a-s
 ## 21921, broker-b 22911 with broker-b-s 22921, name server 20876; the default-port broker is never touched) from
 ## the Maven Central jars, first with asynchronous replication (scripts/rocketmq.sh --ha), then with synchronous
@@ -156,7 +156,7 @@ test-ha:
 		$(HA_ENV) scripts/rocketmq.sh $$flag wipe; \
 		$(HA_ENV) scripts/rocketmq.sh $$flag start; \
 		status=0; $(HA_ENV) TXMSG_HA=$$mode TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 10m \
-			./adapters/txrmq/ || status=$$?; \
+			./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
 		$(HA_ENV) scripts/rocketmq.sh $$flag stop; \
 		[ $$status = 0 ] || exit $$status; \
 	done
