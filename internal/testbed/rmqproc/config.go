@@ -1,5 +1,6 @@
 // Package rmqproc runs the RocketMQ processes of the txmsg test bed: a name
-// server and one broker, or a name server and the brokers of a cluster, on
+// server and one broker, or a name server and the brokers of a cluster
+// (masters only, or in the HA form a master and a slave per broker name), on
 // loopback, from the Apache jars (or, for the default ports, with docker
 // compose). It starts them and waits until they take messages, stops them,
 // and crashes (SIGKILL), pauses (SIGSTOP) and resumes (SIGCONT) a broker for
