@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/txrmq/rmqlog"
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
@@ -276,9 +273,6 @@ func checkOutcome(t *testing.T, e *txEnv, h *haInbox, l *haLoad, within time.Dur
 // returned nil is handled exactly once, and nothing of the rolled-back or
 // failed transactions is anywhere.
 func TestHAMasterKill(t *testing.T) {
-	if os.Getenv("HA_DEBUG") != "" {
-		_ = rmqlog.Install(slog.Default(), slog.LevelInfo)
-	}
 	ha := testbed.RequireHA(t)
 	dead, other := ha.Masters[0].Name, ha.Masters[1].Name
 	e := newTxEnv(t)
