@@ -21,7 +21,7 @@ MYSQL_UP = $(GO) run ./internal/testbed/cmd/dbcheck
 MYSQL_DOWN = @echo "TXMSG_DSN names a server of your own; not stopping it"
 endif
 
-.PHONY: hygiene test test-defaults test-compat test-cluster test-broker-faults test-stock unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
+.PHONY: hygiene test test-defaults test-compat test-cluster test-broker-faults test-stock test-ha unit services-up services-down services-status vet fmt-check wire-check quickstart demo bench chaos
 
 # Modules of their own, so that the core module requires neither Prometheus
 # nor OpenTelemetry. They require a released version of the root module; the
@@ -140,6 +140,26 @@ test-stock:
 	status=0; $(STOCK_ENV) TXMSG_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m \
 		./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
 	$(STOCK_ENV) scripts/rocketmq.sh stop; exit $$status
+
+## test-ha: the tests that call testbed.RequireHA (adapters/txrmq and adapters/outbox; with TXMSG_HA set the packages' other tests
+## skip) on the HA form of the test bed, twice: two groups of a master and a slave (broker-a 21911 with broker-a-s
+## 21921, broker-b 22911 with broker-b-s 22921, name server 20876; the default-port broker is never touched) from
+## the Maven Central jars, first with asynchronous replication (scripts/rocketmq.sh --ha), then with synchronous
+## replication (--ha-sync: SYNC_MASTER, inSyncReplicas=2), each from an empty store and stopped after. The tests
+## SIGKILL masters and slaves under load. Without -race, like test-cluster. About 6 min. See docs/testing.md.
+HA_ENV = TXMSG_HA_NAMESRV=127.0.0.1:20876 TXMSG_HA_BROKERS=broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911
+test-ha:
+	$(MYSQL_UP)
+	@set -e; for mode in async sync; do \
+		flag=--ha; [ $$mode = sync ] && flag=--ha-sync; \
+		$(HA_ENV) scripts/rocketmq.sh $$flag stop; \
+		$(HA_ENV) scripts/rocketmq.sh $$flag wipe; \
+		$(HA_ENV) scripts/rocketmq.sh $$flag start; \
+		status=0; $(HA_ENV) TXMSG_HA=$$mode TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 10m \
+			./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
+		$(HA_ENV) scripts/rocketmq.sh $$flag stop; \
+		[ $$status = 0 ] || exit $$status; \
+	done
 
 ## unit: the tests that need no services (others skip).
 unit:

@@ -11,6 +11,11 @@
 #                                Maven Central (start does it when they are missing)
 #   scripts/rocketmq.sh start --cluster, scripts/rocketmq.sh kill broker-a, ...
 #                                the cluster form
+#   scripts/rocketmq.sh --ha start, scripts/rocketmq.sh --ha-sync start,
+#   scripts/rocketmq.sh --ha kill broker-a-s, ...
+#                                the HA form: two groups of a master and a
+#                                slave, asynchronous or synchronous replication
+#                                (make test-ha)
 #   scripts/rocketmq.sh --stock start
 #                                the broker with RocketMQ's stock settings
 #                                (scripts/rocketmq/stock.conf, not broker.conf),
@@ -72,7 +77,7 @@ fetch() {
 }
 
 usage() {
-	echo "usage: $0 [--cluster | --stock] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker-a|broker-b]" >&2
+	echo "usage: $0 [--cluster | --ha | --ha-sync | --stock] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready [broker-a|broker-b|broker-a-s|broker-b-s]" >&2
 	echo "       $0 fetch" >&2
 	exit 2
 }

@@ -392,14 +392,22 @@ func (t *Transactional) Transact(ctx context.Context, msg *txmsg.Message, local 
 		receipt.BrokerMessageID = res.MsgID
 	}
 	if !c.ran {
-		// The broker did not store the half message properly
-		// (SendFlushDiskTimeout and the like); the client rolled it back.
-		status := -1
+		// The broker did not store the half message as asked
+		// (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT: a SYNC_MASTER whose
+		// slave did not acknowledge in time, SLAVE_NOT_AVAILABLE); the
+		// client rolled it back, so nothing of this transaction is
+		// anywhere. The broker is degraded, not the message: ErrUnavailable,
+		// and a retry may reach another broker (a message without a
+		// sharding key goes to the next queue).
+		status := "no result"
 		if res.SendResult != nil {
-			status = int(res.Status)
+			status = sendStatusName(res.Status)
 		}
 		receipt.State = txmsg.StateRolledBack
-		return receipt, fmt.Errorf("rocketmq: half message to %s not stored (status %d); local transaction not run", msg.Topic, status)
+		err := fmt.Errorf("%w: rocketmq: half message to %s not stored as asked (%s); the client rolled it back and the local transaction did not run: retry",
+			txmsg.ErrUnavailable, msg.Topic, status)
+		driver.HalfSent(t.cfg.Hooks, ctx, msg, err, time.Since(c.start))
+		return receipt, err
 	}
 	return receipt, c.err
 }
@@ -648,4 +656,20 @@ func (t *Transactional) newReconnector() *reconnector {
 		topics = append(topics, t.cfg.brokerTopic(topic))
 	}
 	return newReconnector(t.log, topics, rp, refresh)
+}
+
+// sendStatusName names a send status as the broker's response codes do.
+func sendStatusName(s primitive.SendStatus) string {
+	switch s {
+	case primitive.SendOK:
+		return "SEND_OK"
+	case primitive.SendFlushDiskTimeout:
+		return "FLUSH_DISK_TIMEOUT"
+	case primitive.SendFlushSlaveTimeout:
+		return "FLUSH_SLAVE_TIMEOUT"
+	case primitive.SendSlaveNotAvailable:
+		return "SLAVE_NOT_AVAILABLE"
+	default:
+		return fmt.Sprintf("status %d", s)
+	}
 }

@@ -22,6 +22,8 @@ import (
 // alone:
 //
 //   - TXMSG_CLUSTER_NAMESRV set: the two-broker cluster ([RequireCluster]);
+//   - TXMSG_HA set (async or sync): the HA form, two groups of a master
+//     and a slave that tests kill and restart ([RequireHA]);
 //   - TXMSG_BROKER_RESTART=1: a broker of the run's own that tests kill and
 //     restart ([RequireRestartableBroker]);
 //   - TXMSG_EXPIRING_BROKER=1: a broker that deletes its commit-log files
@@ -63,13 +65,19 @@ var (
 		target: "make test-broker-faults",
 		on:     func() bool { return os.Getenv(ExpiringBrokerEnv) == "1" },
 	}
+	haRun = &specialBroker{
+		what:   "the HA form (two master/slave groups)",
+		env:    HAEnv + " is set",
+		target: "make test-ha",
+		on:     func() bool { return os.Getenv(HAEnv) != "" },
+	}
 	stockRun = &specialBroker{
 		what:   "a broker with RocketMQ's stock settings",
 		env:    "TXMSG_BROKER names a broker started with scripts/rocketmq.sh --stock",
 		target: "make test-stock",
 		on:     stockBroker,
 	}
-	specialBrokers = []*specialBroker{clusterRun, restartRun, expiringRun, stockRun}
+	specialBrokers = []*specialBroker{clusterRun, haRun, restartRun, expiringRun, stockRun}
 )
 
 // ExpiringBrokerEnv, set to 1, says the test broker deletes its

@@ -187,8 +187,16 @@ func RequireCluster(t *testing.T) []ClusterBroker {
 }
 
 // topicBrokers are the brokers a new topic is created on: every broker of
-// the cluster when the tests run against it, else the test broker.
+// the cluster or every master of the HA form when the tests run against
+// it, else the test broker.
 func topicBrokers() []string {
+	if ns := haNameServer(); ns != "" && ns == NameServer() {
+		var addrs []string
+		for _, b := range haMasters() {
+			addrs = append(addrs, b.Addr)
+		}
+		return addrs
+	}
 	if ns := ClusterNameServer(); ns != "" && ns == NameServer() {
 		var addrs []string
 		for _, b := range ClusterBrokers() {
@@ -231,10 +239,14 @@ func Topic(t testing.TB) string {
 }
 
 // CreateTopic creates topic on the test broker (on every broker of the
-// cluster, see [RequireCluster]) and waits until the name server returns a
+// cluster, see [RequireCluster]; on every master and slave of the HA form,
+// see [RequireHA]) and waits until the name server returns a
 // route for it to each of them.
 func CreateTopic(ctx context.Context, topic string, queues int) error {
-	return CreateTopicOn(ctx, NameServer(), topicBrokers(), topic, queues)
+	if err := CreateTopicOn(ctx, NameServer(), topicBrokers(), topic, queues); err != nil {
+		return err
+	}
+	return createOnSlaves(ctx, topic, queues)
 }
 
 // CreateTopicOn creates topic with queues read and write queues on each

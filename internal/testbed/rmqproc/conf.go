@@ -236,6 +236,34 @@ func (in *Instance) writeConfigs(c component) error {
 			"bindAddress="+bind,
 			"storePathRootDir="+c.storeDir(),
 			"storePathCommitLog="+filepath.Join(c.storeDir(), "commitlog"))
+		if c.role != "" {
+			lines = append(lines, "",
+				"# --- the HA form: "+string(in.cfg.HA)+" replication ---",
+				fmt.Sprintf("brokerId=%d", c.brokerID),
+				"brokerRole="+c.role,
+				// The master registers brokerIP2:haListenPort as its HA
+				// address; the slave learns it from the name server.
+				"brokerIP2=127.0.0.1",
+				fmt.Sprintf("haListenPort=%d", c.port+1),
+				// A slave learns its master's HA address when it registers;
+				// 10 s (the least; default 30 s) shortens the wait after a
+				// start.
+				"registerNameServerPeriod=10000")
+			if c.role == "SLAVE" {
+				// A slave answers pulls only with slaveReadEnable
+				// (otherwise SYSTEM_BUSY, "[REJECTREQUEST]system busy"):
+				// without it consumers cannot read a dead master's queues
+				// from its slave. Set on the slave only, so that a master
+				// never sends consumers that lag to its slave.
+				lines = append(lines, "slaveReadEnable=true")
+			}
+			if c.role == "SYNC_MASTER" {
+				// RocketMQ 5.x waits for as many replicas, the master
+				// included, as inSyncReplicas says: 1 (the default) makes
+				// SYNC_MASTER wait for no slave.
+				lines = append(lines, "totalReplicas=2", "inSyncReplicas=2")
+			}
+		}
 	}
 	keys := in.configKeys(c.kind, classes)
 	if keys == nil {

@@ -1,5 +1,6 @@
 // Package rmqproc runs the RocketMQ processes of the txmsg test bed: a name
-// server and one broker, or a name server and the brokers of a cluster, on
+// server and one broker, or a name server and the brokers of a cluster
+// (masters only, or in the HA form a master and a slave per broker name), on
 // loopback, from the Apache jars (or, for the default ports, with docker
 // compose). It starts them and waits until they take messages, stops them,
 // and crashes (SIGKILL), pauses (SIGSTOP) and resumes (SIGCONT) a broker for
@@ -38,6 +39,32 @@ const (
 	DefaultClusterBrokers    = "broker-a=127.0.0.1:30911,broker-b=127.0.0.1:31911"
 	defaultNSPort            = 9876
 	defaultBrokerPort        = 10911
+	// DefaultHANameServer and DefaultHABrokers are the HA form's name
+	// server and masters (make test-ha); each master's slave listens
+	// [SlavePortOffset] above it.
+	DefaultHANameServer = "127.0.0.1:20876"
+	DefaultHABrokers    = "broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911"
+	// SlavePortOffset is how far above its master's port a slave of the
+	// HA form listens (broker-a 21911, broker-a-s 21921).
+	SlavePortOffset = 10
+	// SlaveSuffix names a master's slave in the HA form: broker-a-s.
+	SlaveSuffix = "-s"
+)
+
+// Replication is how the masters of the HA form replicate to their
+// slaves.
+type Replication string
+
+// Replications of the HA form. [ReplicationAsync]: brokerRole=ASYNC_MASTER,
+// a send returns once the master stored the message; the slave follows
+// some milliseconds behind. [ReplicationSync]: brokerRole=SYNC_MASTER with
+// inSyncReplicas=2 (on RocketMQ 5.x SYNC_MASTER alone, with the default
+// inSyncReplicas=1, waits for no slave): a send returns SEND_OK once the
+// slave has the message too, and FLUSH_SLAVE_TIMEOUT after slaveTimeout
+// (3 s) when it does not.
+const (
+	ReplicationAsync Replication = "async"
+	ReplicationSync  Replication = "sync"
 )
 
 // Mode says how the processes run.
@@ -90,6 +117,13 @@ type Config struct {
 	// (DefaultCluster) with directories of their own; a broker name
 	// given to an operation picks one of them.
 	Cluster bool
+	// HA, when set, runs the brokers as masters of two-replica groups:
+	// each master of Brokers (brokerId 0, brokerRole ASYNC_MASTER or
+	// SYNC_MASTER) gets a slave (brokerId 1, brokerRole SLAVE) of the same
+	// brokerName, named name+[SlaveSuffix], on the master's port plus
+	// [SlavePortOffset]. It implies Cluster; a broker name given to an
+	// operation picks a master or a slave.
+	HA Replication
 	// ExtraConf is a file of broker settings appended to
 	// scripts/rocketmq/broker.conf (later lines win); jar mode only.
 	ExtraConf string
@@ -140,6 +174,26 @@ func FromEnv(cluster bool) (Config, error) {
 		cfg.NameServer = envOr("TXMSG_NAMESRV", DefaultNameServer)
 		cfg.Brokers = []Broker{{"broker-a", envOr("TXMSG_BROKER", DefaultBroker)}}
 	}
+	return cfg, nil
+}
+
+// HAFromEnv returns the HA form's configuration: TXMSG_HA (async or
+// sync; default async), TXMSG_HA_NAMESRV and TXMSG_HA_BROKERS, the
+// masters (default 127.0.0.1:20876 and
+// broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911), and the variables
+// [FromEnv] reads for every form.
+func HAFromEnv() (Config, error) {
+	cfg, err := FromEnv(true)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.HA = Replication(envOr("TXMSG_HA", string(ReplicationAsync)))
+	cfg.NameServer = envOr("TXMSG_HA_NAMESRV", DefaultHANameServer)
+	bs, err := ParseBrokers(envOr("TXMSG_HA_BROKERS", DefaultHABrokers))
+	if err != nil {
+		return cfg, fmt.Errorf("TXMSG_HA_BROKERS: %w", err)
+	}
+	cfg.Brokers = bs
 	return cfg, nil
 }
 
@@ -265,6 +319,13 @@ func (cfg *Config) normalize() error {
 	if cfg.Log == nil {
 		cfg.Log = os.Stderr
 	}
+	switch cfg.HA {
+	case "":
+	case ReplicationAsync, ReplicationSync:
+		cfg.Cluster = true
+	default:
+		return fmt.Errorf("the HA form's replication must be async or sync (got %q; TXMSG_HA)", cfg.HA)
+	}
 	if cfg.Stock {
 		switch {
 		case cfg.Cluster:
@@ -296,6 +357,28 @@ func (cfg *Config) normalize() error {
 		return errors.New("the cluster form needs two brokers as name=host:port,... (TXMSG_CLUSTER_BROKERS)")
 	}
 	ports := make([]int, len(cfg.Brokers))
+	if cfg.HA != "" {
+		// Slaves listen SlavePortOffset above their masters: every
+		// port, masters' and slaves', must keep clear of the others.
+		var all []int
+		for _, b := range cfg.Brokers {
+			_, p, err := splitHostPort("broker "+b.Name, b.Addr)
+			if err != nil {
+				return err
+			}
+			all = append(all, p, p+SlavePortOffset)
+		}
+		for i, p := range all {
+			if collides(nsPort, p) {
+				return fmt.Errorf("name server port %d collides with the HA form's broker ports %d-%d", nsPort, p-2, p+1)
+			}
+			for _, q := range all[:i] {
+				if brokerPortsOverlap(p, q) {
+					return fmt.Errorf("the HA form's broker ports %d and %d overlap (each broker uses port-2..port+1; a slave listens %d above its master)", q, p, SlavePortOffset)
+				}
+			}
+		}
+	}
 	for i, b := range cfg.Brokers {
 		_, p, err := splitHostPort("broker "+b.Name, b.Addr)
 		if err != nil {

@@ -179,3 +179,41 @@ func TestFromEnvRefusesRemovedVariables(t *testing.T) {
 		t.Errorf("TXMSG_RMQ_BROKER_PORT set: %v", err)
 	}
 }
+
+// The HA form gives each master a slave SlavePortOffset above it, with a
+// directory of its own, and refuses ports a slave would share.
+func TestHAForm(t *testing.T) {
+	t.Parallel()
+	bs, err := ParseBrokers(DefaultHABrokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs, HA: ReplicationSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range in.brokers {
+		got = append(got, b.name+"@"+b.addr()+"/"+b.role+"/"+filepath.Base(b.dir))
+	}
+	want := []string{
+		"broker-a@127.0.0.1:21911/SYNC_MASTER/broker-a", "broker-a-s@127.0.0.1:21921/SLAVE/broker-a-s",
+		"broker-b@127.0.0.1:22911/SYNC_MASTER/broker-b", "broker-b-s@127.0.0.1:22921/SLAVE/broker-b-s",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("brokers:\n got %v\nwant %v", got, want)
+	}
+	if !in.cfg.Cluster || filepath.Base(in.dir) != "ha-20876" {
+		t.Fatalf("cluster %v, dir %s", in.cfg.Cluster, in.dir)
+	}
+	if _, err := in.targets("broker-b-s"); err != nil {
+		t.Fatal(err)
+	}
+	bs, _ = ParseBrokers("broker-a=127.0.0.1:21911,broker-b=127.0.0.1:21921")
+	if _, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs, HA: ReplicationAsync}); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("a master on another master's slave ports: err %v, want an overlap", err)
+	}
+	if _, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs[:1], HA: "semi"}); err == nil || !strings.Contains(err.Error(), "async or sync") {
+		t.Fatalf("replication semi: err %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -38,6 +39,8 @@ func New(cfg Config) (*Instance, error) {
 	vdir := in.versionDir()
 	_, firstPort, _ := splitHostPort("broker", cfg.Brokers[0].Addr)
 	switch {
+	case cfg.HA != "":
+		in.dir = filepath.Join(vdir, fmt.Sprintf("ha-%d", nsPort))
 	case cfg.Cluster:
 		in.dir = filepath.Join(vdir, fmt.Sprintf("cluster-%d", nsPort))
 	case nsPort == defaultNSPort && firstPort == defaultBrokerPort:
@@ -54,6 +57,19 @@ func New(cfg Config) (*Instance, error) {
 			c.dir = filepath.Join(in.dir, b.Name)
 		} else {
 			c.name = kindBroker
+		}
+		if cfg.HA != "" {
+			c.role = "ASYNC_MASTER"
+			if cfg.HA == ReplicationSync {
+				c.role = "SYNC_MASTER"
+			}
+			s := c
+			s.name = b.Name + SlaveSuffix
+			s.dir = filepath.Join(in.dir, s.name)
+			s.port = p + SlavePortOffset
+			s.brokerID, s.role = 1, "SLAVE"
+			in.brokers = append(in.brokers, c, s)
+			continue
 		}
 		in.brokers = append(in.brokers, c)
 	}
@@ -243,7 +259,11 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 			return err
 		}
 		heap := []string{"-Xms256m", "-Xmx768m", "-XX:MaxDirectMemorySize=512m"}
-		if in.cfg.Cluster {
+		switch {
+		case in.cfg.HA != "":
+			// Four brokers and a name server on a small machine.
+			heap = []string{"-Xms128m", "-Xmx384m", "-XX:MaxDirectMemorySize=192m", "-XX:ReservedCodeCacheSize=64m"}
+		case in.cfg.Cluster:
 			heap = []string{"-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m"}
 		}
 		if err := in.launch(b, heap...); err != nil {
@@ -268,6 +288,20 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 				names(external), in.cfg.NameServer, err)
 		}
 		return fmt.Errorf("%w; logs: %s", err, in.logsHint())
+	}
+	for _, c := range started {
+		if c.role == "SLAVE" {
+			// A slave takes no sends: ready is its port open and a
+			// replication connection on its master's HA port (it learns
+			// the address from the name server at its next
+			// registration).
+			if err := in.waitPort(c, time.Until(deadlineOf(ctx))); err != nil {
+				return err
+			}
+			if err := in.waitReplicating(ctx, c); err != nil {
+				return err
+			}
+		}
 	}
 	if len(external) > 0 {
 		in.logf("reusing %s not started here (it answers at %s)", names(external), in.cfg.NameServer)
@@ -363,10 +397,19 @@ func (in *Instance) Stop(broker string) error {
 		return err
 	}
 	defer unlock()
-	for _, b := range targets {
-		if err := in.stopOne(b); err != nil {
-			return err
-		}
+	// Brokers shut down in 10-20 s each: all at once.
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, b := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = in.stopOne(b)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	if broker == "" {
 		return in.stopOne(in.ns)
@@ -521,4 +564,52 @@ func (in *Instance) Wipe(broker string) error {
 		return os.RemoveAll(in.ns.logDir())
 	}
 	return nil
+}
+
+// deadlineOf returns ctx's deadline, or a minute from now.
+func deadlineOf(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(time.Minute)
+}
+
+// waitReplicating waits until a connection to the HA port of slave's
+// master is established, failing early when the slave's JVM exits.
+func (in *Instance) waitReplicating(ctx context.Context, slave component) error {
+	haPort := slave.port - SlavePortOffset + 1
+	for {
+		if haConnected(haPort) {
+			in.logf("%s replicates from its master (HA port %d)", slave.name, haPort)
+			return nil
+		}
+		if _, ok := slave.pid(); !ok {
+			return exited(slave)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not connect to its master's HA port %d: %w; logs: %s", slave.name, haPort, ctx.Err(), slave.logDir())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// haConnected reports whether /proc/net/tcp{,6} hold an established
+// connection whose local port is port (the master's side of a slave's
+// replication connection).
+func haConnected(port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "01" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -25,9 +25,13 @@ type component struct {
 	name string // label: "namesrv", "broker", or the cluster broker's name
 	// brokerName is the broker's brokerName setting.
 	brokerName string
-	dir        string // user.home and ROCKETMQ_HOME of the JVM
-	host       string
-	port       int
+	// brokerID and role are the broker's brokerId and brokerRole in the
+	// HA form ("" elsewhere: broker.conf's).
+	brokerID int
+	role     string
+	dir      string // user.home and ROCKETMQ_HOME of the JVM
+	host     string
+	port     int
 }
 
 func (c component) pidFile() string  { return filepath.Join(c.dir, c.kind+".pid") }

@@ -2,7 +2,7 @@
 // internal/testbed/rmqproc); scripts/rocketmq.sh runs it for every verb but
 // fetch.
 //
-//	rmq [-cluster | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
+//	rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
 //
 //	start    start what is not running and wait until a message can be sent
 //	stop     stop what was started here (broker: that broker of the cluster only)
@@ -20,6 +20,10 @@
 // broker name) the two-broker cluster of TXMSG_CLUSTER_NAMESRV and
 // TXMSG_CLUSTER_BROKERS. Both read TXMSG_RMQ_VERSION, TXMSG_CACHE,
 // TXMSG_ROCKETMQ_MODE and TXMSG_RMQ_EXTRA_CONF (see docs/testing.md).
+// -ha and -ha-sync act on the HA form of TXMSG_HA_NAMESRV and
+// TXMSG_HA_BROKERS: two groups of a master and a slave (broker-a,
+// broker-a-s, broker-b, broker-b-s), with asynchronous or synchronous
+// replication; TXMSG_HA=async|sync picks the replication as the flags do.
 // -stock starts the single form's broker with RocketMQ's stock settings
 // (scripts/rocketmq/stock.conf instead of scripts/rocketmq/broker.conf),
 // on ports other than the default ones, and refuses to when the store's
@@ -50,11 +54,13 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(args []string) int {
 	fs := flag.NewFlagSet("rmq", flag.ContinueOnError)
 	cluster := fs.Bool("cluster", false, "act on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS)")
+	ha := fs.Bool("ha", false, "act on the HA form: two master/slave groups, asynchronous replication (TXMSG_HA_NAMESRV, TXMSG_HA_BROKERS)")
+	haSync := fs.Bool("ha-sync", false, "act on the HA form with synchronous replication (SYNC_MASTER, inSyncReplicas=2)")
 	stock := fs.Bool("stock", false, "start the broker with RocketMQ's stock settings (scripts/rocketmq/stock.conf); ports of its own")
 	timeout := fs.Duration("ready-timeout", 120*time.Second, "how long start waits until RocketMQ takes messages")
 	root := fs.String("root", "", "repository root (default: found from the working directory)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
+		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the verb too (scripts/rocketmq.sh start --cluster).
@@ -78,7 +84,18 @@ func run(args []string) int {
 		broker = rest[1]
 		*cluster = true // a broker name is for the cluster
 	}
-	cfg, err := rmqproc.FromEnv(*cluster)
+	var cfg rmqproc.Config
+	var err error
+	if *ha || *haSync || os.Getenv("TXMSG_HA") != "" {
+		cfg, err = rmqproc.HAFromEnv()
+		if *haSync {
+			cfg.HA = rmqproc.ReplicationSync
+		} else if *ha {
+			cfg.HA = rmqproc.ReplicationAsync
+		}
+	} else {
+		cfg, err = rmqproc.FromEnv(*cluster)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rmq:", err)
 		return 2

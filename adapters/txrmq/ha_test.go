@@ -1,0 +1,436 @@
+package txrmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/txmsg"
+)
+
+// The tests of this file run on the HA form of the test bed (make
+// test-ha: two groups of a master and a slave, asynchronous or synchronous
+// replication) and skip without it. They SIGKILL its brokers: never
+// parallel.
+
+// haEffect is one handling of an event by the inbox: written in the
+// handler's transaction, so the rows per MsgID count the handlings that
+// committed.
+type haEffect struct {
+	ID    int64  `gorm:"primaryKey;autoIncrement"`
+	MsgID string `gorm:"size:64;index"`
+}
+
+// haOrder is the business row of a transaction whose txmsg ID is MsgID.
+func haOrder(id string) txmsg.LocalTx {
+	return func(_ context.Context, tx *gorm.DB) error {
+		return tx.Create(&order{MsgID: id, SKU: id}).Error
+	}
+}
+
+// errHAAbort rolls a local transaction back on purpose.
+var errHAAbort = errors.New("rolled back on purpose")
+
+// haInbox is an inbox consumer of the env's topic whose handler writes a
+// haEffect, held at gate until open is called.
+type haInbox struct {
+	db   *gorm.DB
+	gate chan struct{}
+	once sync.Once
+	mu   sync.Mutex
+	at   map[string]time.Time // when each event was first handled
+}
+
+func (h *haInbox) open() { h.once.Do(func() { close(h.gate) }) }
+
+func (h *haInbox) handledAt(id string) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.at[id]
+	return at, ok
+}
+
+// effects returns the committed handlings per txmsg ID.
+func (h *haInbox) effects(t *testing.T) map[string]int {
+	t.Helper()
+	var rows []haEffect
+	require.NoError(t, h.db.Find(&rows).Error)
+	out := map[string]int{}
+	for _, r := range rows {
+		out[r.MsgID]++
+	}
+	return out
+}
+
+// rawCodec passes bodies through as strings: the events of these tests
+// are their txmsg IDs (the child producer of cluster_test.go sends them
+// raw).
+type rawCodec struct{}
+
+func (rawCodec) Encode(v string) ([]byte, error)    { return []byte(v), nil }
+func (rawCodec) Decode(body []byte) (string, error) { return string(body), nil }
+
+// startHAInbox starts an inbox consumer that pulls little ahead
+// (BufferMessages 8: about one pull batch per queue), so that while its
+// handler is held most of the topic stays on the brokers.
+func startHAInbox(t *testing.T, e *txEnv) *haInbox {
+	t.Helper()
+	h := &haInbox{db: e.db, gate: make(chan struct{}), at: map[string]time.Time{}}
+	t.Cleanup(h.open)
+	require.NoError(t, e.db.AutoMigrate(&haEffect{}))
+	inbox, err := txmsg.NewInbox(e.db, txmsg.InboxConfig{})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(context.Background()))
+	route := txmsg.Handle(txmsg.Topic[string]{Name: e.topic, Codec: rawCodec{}}, func(ctx context.Context, tx *gorm.DB, d txmsg.Delivery[string]) error {
+		select {
+		case <-h.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := tx.Create(&haEffect{MsgID: d.Message.ID}).Error; err != nil {
+			return err
+		}
+		h.mu.Lock()
+		if _, ok := h.at[d.Message.ID]; !ok {
+			h.at[d.Message.ID] = time.Now()
+		}
+		h.mu.Unlock()
+		return nil
+	})
+	c, err := NewConsumer(inbox, []txmsg.Route{route}, ConsumerConfig{
+		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "inbox"),
+		RetryDelayLevel: 1, Concurrency: 4, BufferMessages: 8,
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return h
+}
+
+// haLoad runs transactions (every fifth rolled back on purpose) and
+// publishes from workers until stop, recording each outcome and the time.
+type haLoad struct {
+	mu         sync.Mutex
+	committed  map[string]time.Time // txmsg ID -> when Transact returned
+	rolledBack []string             // rolled back on purpose
+	failed     []string             // Transact returned another error
+	failErrs   map[string]int       // failures by error text
+	published  map[string]time.Time
+	pubFailed  int
+	n          atomic.Int64
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+func runHALoad(t *testing.T, e *txEnv, tr *Transactional, pub *Publisher, workers int) *haLoad {
+	t.Helper()
+	l := &haLoad{committed: map[string]time.Time{}, published: map[string]time.Time{}, failErrs: map[string]int{}}
+	ctx, stop := context.WithCancel(context.Background())
+	l.stop = stop
+	for w := 0; w < workers; w++ {
+		l.wg.Add(1)
+		go func(w int) {
+			defer l.wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				id := fmt.Sprintf("ha-%d-%d-%s", w, i, testbed.Suffix())
+				body := []byte(id)
+				local := haOrder(id)
+				abort := i%5 == 4
+				if abort {
+					local = func(context.Context, *gorm.DB) error { return errHAAbort }
+				}
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				rc, err := tr.Transact(cctx, &txmsg.Message{ID: id, Topic: e.topic, Body: body}, local)
+				cancel()
+				l.n.Add(1)
+				l.mu.Lock()
+				switch {
+				case abort && errors.Is(err, errHAAbort):
+					l.rolledBack = append(l.rolledBack, id)
+				case err == nil && rc.State == txmsg.StateCommitted:
+					l.committed[id] = time.Now()
+				default:
+					l.failed = append(l.failed, id)
+					l.failErrs[haErrKind(err)]++
+				}
+				l.mu.Unlock()
+				if w == 0 {
+					pid := "pub-" + id
+					pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := pub.Publish(pctx, &txmsg.Message{ID: pid, Topic: e.topic, Body: []byte(pid)})
+					cancel()
+					l.mu.Lock()
+					if err == nil {
+						l.published[pid] = time.Now()
+					} else {
+						l.pubFailed++
+					}
+					l.mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	return l
+}
+
+// haErrKind names the kind of a failed transaction's error.
+func haErrKind(err error) string {
+	switch {
+	case err == nil:
+		return "no error, not committed"
+	case errors.Is(err, txmsg.ErrRolledBackByCheck):
+		return "ErrRolledBackByCheck"
+	case errors.Is(err, txmsg.ErrUnavailable):
+		for _, st := range []string{"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE", "FLUSH_DISK_TIMEOUT"} {
+			if strings.Contains(err.Error(), st) {
+				return "ErrUnavailable " + st
+			}
+		}
+		return "ErrUnavailable"
+	default:
+		return err.Error()
+	}
+}
+
+func (l *haLoad) halt() {
+	l.stop()
+	l.wg.Wait()
+}
+
+// committedSince counts the transactions that committed after at.
+func (l *haLoad) committedSince(at time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, when := range l.committed {
+		if when.After(at) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkOutcome asserts I1 and I2 on the load once every broker is back:
+// every committed transaction's row exists and its event is handled
+// exactly once, every successful publish is handled exactly once, and no
+// rolled-back or failed transaction left a row or an event.
+func checkOutcome(t *testing.T, e *txEnv, h *haInbox, l *haLoad, within time.Duration) {
+	t.Helper()
+	want := map[string]bool{}
+	for id := range l.committed {
+		want[id] = true
+	}
+	for id := range l.published {
+		want[id] = true
+	}
+	var missing []string
+	require.Eventually(t, func() bool {
+		eff := h.effects(t)
+		missing = missing[:0]
+		for id := range want {
+			if eff[id] == 0 {
+				missing = append(missing, id)
+			}
+		}
+		return len(missing) == 0
+	}, within, 500*time.Millisecond, "events of committed transactions or successful publishes never handled")
+	time.Sleep(2 * time.Second) // let a duplicate delivery, if any, be handled
+	eff := h.effects(t)
+	for id := range want {
+		require.Equal(t, 1, eff[id], "%s handled %d times", id, eff[id])
+	}
+	for _, id := range append(append([]string{}, l.rolledBack...), l.failed...) {
+		require.Zero(t, eff[id], "%s did not commit but its event was handled", id)
+		var n int64
+		require.NoError(t, e.db.Model(&order{}).Where("msg_id = ?", id).Count(&n).Error)
+		require.Zero(t, n, "%s did not commit but its row exists", id)
+		if s := e.barrier(t, id); s == checker.StateCommitted {
+			t.Fatalf("%s did not commit but its barrier says committed", id)
+		}
+	}
+	var rows int64
+	require.NoError(t, e.db.Model(&order{}).Count(&rows).Error)
+	require.EqualValues(t, len(l.committed), rows)
+}
+
+// A master is SIGKILLed under transactions and publishes, with a running
+// inbox consumer held back so that most of the topic is still on the
+// brokers: sends move to the other group; the consumer reads the dead
+// master's queues from its slave (rocketmq-client-go pulls from any
+// address of the broker name when the master's is gone), so every event
+// stored on the dead master a second before the kill is handled while it
+// is down; once it returns, every committed event and every publish that
+// returned nil is handled exactly once, and nothing of the rolled-back or
+// failed transactions is anywhere.
+func TestHAMasterKill(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	dead, other := ha.Masters[0].Name, ha.Masters[1].Name
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	h := startHAInbox(t, e)
+	tr := e.start(t, e.db, e.chk, nil)
+	pub := newTestPublisher(t, 0)
+
+	l := runHALoad(t, e, tr, pub, 4)
+	require.Eventually(t, func() bool { return l.n.Load() >= 300 }, 60*time.Second, 100*time.Millisecond, "the load did not start")
+	killedAt := time.Now()
+	ha.Kill(t, dead)
+	t.Cleanup(func() { ha.Restore(t) })
+	l.mu.Lock()
+	failedBefore := len(l.failed)
+	l.mu.Unlock()
+	require.Eventually(t, func() bool { return l.committedSince(killedAt) >= 40 }, 60*time.Second, 100*time.Millisecond,
+		"transactions did not move to %s", other)
+	l.halt()
+	faultFailed := len(l.failed) - failedBefore
+	t.Logf("%s replication, %s killed: %d transactions in all, %d committed (%d after the kill), %d rolled back on purpose, %d failed during the fault (%v); %d publishes, %d failed",
+		ha.Replication, dead, l.n.Load(), len(l.committed), l.committedSince(killedAt), len(l.rolledBack), faultFailed, l.failErrs, len(l.published), l.pubFailed)
+
+	// The dead master's events of more than a second before the kill
+	// are on its slave: the held consumer, released now, reads them there.
+	h.open()
+	var onDead []string
+	for id, at := range l.committed {
+		if at.Before(killedAt.Add(-time.Second)) && obs.Count(id) > 0 && obs.First(id).Queue.BrokerName == dead {
+			onDead = append(onDead, id)
+		}
+	}
+	require.NotEmpty(t, onDead, "no committed event was stored on %s", dead)
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		notYet := 0
+		for _, id := range onDead {
+			if _, ok := h.handledAt(id); !ok {
+				notYet++
+			}
+		}
+		if notYet == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d events stored on %s a second or more before the kill were not handled while it was down: not read from %s",
+				notYet, len(onDead), dead, ha.Slave(dead))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%d events stored on %s before the kill handled while it was down (read from %s), the last %s after the kill",
+		len(onDead), dead, ha.Slave(dead), time.Since(killedAt).Round(time.Second))
+
+	restartAt := time.Now()
+	ha.Start(t, dead)
+	t.Logf("%s back after %s", dead, time.Since(restartAt).Round(time.Second))
+	checkOutcome(t, e, h, l, 90*time.Second)
+}
+
+// Under synchronous replication (SYNC_MASTER, inSyncReplicas=2) the slave
+// of broker-a is SIGKILLed under transactions and publishes: broker-a
+// stores each message but answers FLUSH_SLAVE_TIMEOUT after slaveTimeout
+// (3 s). For a half message rocketmq-client-go then rolls it back and
+// never runs the local transaction; Transact returns an error wrapping
+// txmsg.ErrUnavailable, nothing is written and no event is delivered. A
+// publish gets the same error (the message stored on the master may be
+// delivered; a retry is deduplicated by the inbox). Once the slave is
+// back, every committed event is handled exactly once.
+func TestHASyncSlaveKill(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	if ha.Replication != "sync" {
+		t.Skipf("needs synchronous replication (make test-ha runs it on the sync form); this form replicates %s", ha.Replication)
+	}
+	master := ha.Masters[0].Name
+	slave := ha.Slave(master)
+	e := newTxEnv(t)
+	h := startHAInbox(t, e)
+	h.open()
+	tr := e.start(t, e.db, e.chk, nil)
+	pub := newTestPublisher(t, 0)
+
+	l := runHALoad(t, e, tr, pub, 4)
+	require.Eventually(t, func() bool { return l.n.Load() >= 100 }, 60*time.Second, 100*time.Millisecond, "the load did not start")
+	killedAt := time.Now()
+	ha.Kill(t, slave)
+	t.Cleanup(func() { ha.Restore(t) })
+	l.mu.Lock()
+	failedBefore := len(l.failed)
+	l.mu.Unlock()
+	time.Sleep(15 * time.Second)
+	l.mu.Lock()
+	faultFailed := len(l.failed) - failedBefore
+	unavailable := l.failErrs["ErrUnavailable FLUSH_SLAVE_TIMEOUT"]
+	fenced := l.failErrs["ErrRolledBackByCheck"]
+	for kind := range l.failErrs {
+		if kind != "ErrUnavailable FLUSH_SLAVE_TIMEOUT" && kind != "ErrRolledBackByCheck" {
+			t.Errorf("a transaction failed with %q: want ErrUnavailable (FLUSH_SLAVE_TIMEOUT) or ErrRolledBackByCheck", kind)
+		}
+	}
+	l.mu.Unlock()
+	after := l.committedSince(killedAt)
+	restartAt := time.Now()
+	ha.Start(t, slave)
+	t.Logf("%s back after %s", slave, time.Since(restartAt).Round(time.Second))
+	l.halt()
+	t.Logf("sync replication, %s killed for %s: %d transactions in all, %d committed (%d while the slave was down), %d rolled back on purpose, %d failed while it was down (%d FLUSH_SLAVE_TIMEOUT, %d fenced by a check-back); %d publishes, %d failed",
+		slave, restartAt.Sub(killedAt).Round(time.Second), l.n.Load(), len(l.committed), after, len(l.rolledBack), faultFailed, unavailable, fenced, len(l.published), l.pubFailed)
+	require.Positive(t, unavailable+fenced, "no transaction on %s failed while its slave was down", master)
+	require.Positive(t, after, "no transaction committed while %s was down", slave)
+	checkOutcome(t, e, h, l, 90*time.Second)
+}
+
+// A producer commits 16 local transactions over both groups and is
+// SIGKILLed before any END_TRANSACTION; broker-a is SIGKILLed right after,
+// before its first check-back (transactionTimeOut 1 s). Its half messages
+// wait on its disk (its slave holds copies but sends no check-backs): when
+// it returns, it checks them back, the surviving producer of the group
+// answers COMMIT from the barrier, and each event is handled exactly once.
+func TestHACheckBackAcrossMasterRestart(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	dead := ha.Masters[0].Name
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	h := startHAInbox(t, e)
+	h.open()
+	var cb checkBackRecorder
+	e.start(t, e.db, e.chk, nil, &cb)
+
+	prefix := "child-" + testbed.Suffix()
+	runClusterChild(t, e, prefix, 16)
+	ha.Kill(t, dead)
+	t.Cleanup(func() { ha.Restore(t) })
+	killedAt := time.Now()
+	time.Sleep(5 * time.Second)
+	var beforeRestart int
+	for i := 0; i < 16; i++ {
+		if _, ok := h.handledAt(fmt.Sprintf("%s-%d", prefix, i)); ok {
+			beforeRestart++
+		}
+	}
+	restartAt := time.Now()
+	ha.Start(t, dead)
+	var onDead int
+	for i := 0; i < 16; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		obs.Delivered(t, id)
+		require.Equal(t, checker.StateCommitted, e.barrier(t, id))
+		if obs.First(id).Queue.BrokerName == dead {
+			onDead++
+			require.True(t, cb.has(id), "%s on %s was not checked back", id, dead)
+		}
+	}
+	require.Positive(t, onDead, "none of the killed producer's half messages was on %s", dead)
+	l := &haLoad{committed: map[string]time.Time{}, published: map[string]time.Time{}}
+	for i := 0; i < 16; i++ {
+		l.committed[fmt.Sprintf("%s-%d", prefix, i)] = killedAt
+	}
+	checkOutcome(t, e, h, l, 90*time.Second)
+	t.Logf("%d of 16 half messages on %s; %d events handled before its restart (%s after the kill), all 16 once after it",
+		onDead, dead, beforeRestart, restartAt.Sub(killedAt).Round(time.Second))
+}

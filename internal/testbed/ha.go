@@ -1,0 +1,144 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
+)
+
+// HAEnv names the replication of the HA form a run is made for: async or
+// sync ([rmqproc.Replication]). make test-ha sets it, with
+// TXMSG_HA_NAMESRV and TXMSG_HA_BROKERS naming the name server and the
+// masters (default [rmqproc.DefaultHANameServer] and
+// [rmqproc.DefaultHABrokers]).
+const HAEnv = "TXMSG_HA"
+
+// HA is the HA form a test runs on.
+type HA struct {
+	// Replication is the masters' replication: async or sync.
+	Replication rmqproc.Replication
+	// Masters are the masters (broker-a, broker-b); the slave of each is
+	// named Name+[rmqproc.SlaveSuffix].
+	Masters []rmqproc.Broker
+	// Procs are the processes, for Kill, Pause, Resume and Start.
+	Procs *rmqproc.Instance
+}
+
+// Slave returns the name of master's slave.
+func (h *HA) Slave(master string) string { return master + rmqproc.SlaveSuffix }
+
+// Kill SIGKILLs broker name (a master or a slave) and fails t when it
+// cannot.
+func (h *HA) Kill(t testing.TB, name string) {
+	t.Helper()
+	if err := h.Procs.Kill(name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Start starts broker name again and waits until every master takes
+// messages (and a slave replicates); it fails t when it cannot.
+func (h *HA) Start(t testing.TB, name string) {
+	t.Helper()
+	if err := h.Procs.Start(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Restore starts whatever broker of the HA form is not running (a test
+// that failed between a kill and its restart leaves one down) and resumes
+// a paused one.
+func (h *HA) Restore(t testing.TB) {
+	t.Helper()
+	_ = h.Procs.Resume("")
+	if !h.Procs.Owns("") {
+		h.Start(t, "")
+	}
+}
+
+// haNameServer returns the HA form's name server in a run made for it,
+// else "".
+func haNameServer() string {
+	if os.Getenv(HAEnv) == "" {
+		return ""
+	}
+	if ns := os.Getenv("TXMSG_HA_NAMESRV"); ns != "" {
+		return ns
+	}
+	return rmqproc.DefaultHANameServer
+}
+
+// haMasters returns the HA form's masters ([rmqproc.HAFromEnv]).
+func haMasters() []rmqproc.Broker {
+	cfg, err := rmqproc.HAFromEnv()
+	if err != nil {
+		return nil
+	}
+	return cfg.Brokers
+}
+
+// createOnSlaves creates topic on every slave of the HA form when the
+// tests run against it. A slave copies its master's topics only once a
+// minute; until then it answers a pull of a new topic with "topic not
+// exist", so a consumer could not read a dead master's queues from it.
+func createOnSlaves(ctx context.Context, topic string, queues int) error {
+	ns := haNameServer()
+	if ns == "" || ns != NameServer() {
+		return nil
+	}
+	adm, err := sharedAdmin(ns)
+	if err != nil {
+		return err
+	}
+	for _, m := range haMasters() {
+		host, port, err := net.SplitHostPort(m.Addr)
+		if err != nil {
+			return err
+		}
+		p, _ := strconv.Atoi(port)
+		addr := net.JoinHostPort(host, strconv.Itoa(p+rmqproc.SlavePortOffset))
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(queues), admin.WithWriteQueueNums(queues)); err != nil {
+			return fmt.Errorf("create topic %s on the slave %s of %s: %w", topic, addr, m.Name, err)
+		}
+	}
+	return nil
+}
+
+// RequireHA skips t unless [HAEnv] is set, checks that the HA form's
+// processes run and were started by the test bed, and points t and its
+// child processes at it: TXMSG_NAMESRV becomes its name server and
+// TXMSG_BROKER broker-a, and [Topic] creates topics on every master. It
+// uses t.Setenv: such tests cannot be parallel. A run with [HAEnv] set is
+// for such tests alone: the others skip (see [SpecialRun]).
+func RequireHA(t *testing.T) *HA {
+	t.Helper()
+	if os.Getenv(HAEnv) == "" {
+		t.Skipf("needs the HA form (two master/slave groups it may kill): set %s=async or sync, with TXMSG_HA_NAMESRV and TXMSG_HA_BROKERS naming it; make test-ha starts one and does (docs/testing.md)", HAEnv)
+	}
+	declare(t, haRun)
+	cfg, err := rmqproc.HAFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Log = LogWriter(t)
+	in, err := rmqproc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TXMSG_NAMESRV", cfg.NameServer)
+	t.Setenv("TXMSG_BROKER", cfg.Brokers[0].Addr)
+	RequireBroker(t)
+	if !in.Owns("") {
+		t.Fatalf("the HA form of %s is not running, or was not started by the test bed from %s: start it with scripts/rocketmq.sh --ha start (or --ha-sync)",
+			cfg.NameServer, in.Dir())
+	}
+	return &HA{Replication: in.Config().HA, Masters: in.Config().Brokers, Procs: in}
+}
