@@ -74,6 +74,10 @@ type Relay struct {
 	}
 	// meanBody is the mean body size of the last claim (Run's goroutine).
 	meanBody int
+	// skipped is the wait before the next claim while due rows of the
+	// relay's buckets are held by another transaction (see
+	// lookAgainSoon); zero while none are (Run's goroutine).
+	skipped time.Duration
 	// noDeliverAt: the table lacks the deliver_at column (set by Run).
 	noDeliverAt bool
 

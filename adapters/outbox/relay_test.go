@@ -57,6 +57,34 @@ func TestRelayPollsForOtherWriters(t *testing.T) {
 	require.Eventually(t, func() bool { return pub.distinct() == 1 }, waitFor, tick)
 }
 
+// A claim skips due rows that another transaction holds (a bucket's
+// previous owner finishing a batch, or another relay's claim reading past
+// the end of its own bucket's range). The relay looks for such rows after
+// a claim and claims again within moments, instead of at the next nudge,
+// poll or lease round. Here the test holds one row itself; with an hour
+// between polls and lease rounds 100 s apart, only that second look
+// publishes it in time.
+func TestRelayClaimsARowHeldDuringItsClaimAgainSoon(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	ids := e.send(10, "held")
+	held := e.db.Begin()
+	t.Cleanup(func() { held.Rollback() })
+	var locked []int64
+	require.NoError(t, held.Raw("SELECT id FROM txmsg_outbox WHERE msg_id = ? FOR UPDATE", ids[3]).Scan(&locked).Error)
+	require.Len(t, locked, 1)
+
+	pub := newMemPublisher()
+	start(t, e.relay(pub, RelayConfig{PollInterval: time.Hour, LeaseTTL: 300 * time.Second}))
+	require.Eventually(t, func() bool { return pub.distinct() == 9 }, waitFor, tick)
+	time.Sleep(300 * time.Millisecond) // the relay looks again meanwhile, and finds the row still held
+	require.Zero(t, pub.times(ids[3]))
+	require.NoError(t, held.Rollback().Error)
+	require.Eventually(t, func() bool { return pub.times(ids[3]) == 1 }, waitFor, tick,
+		"the row held during the claim waited for the next poll or lease round")
+	require.Equal(t, 10, pub.distinct())
+}
+
 func TestRelayRunTwiceFails(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
