@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +37,8 @@ const (
 //	    Forwarder holding the message until due
 //	DL  local-table mode: the same through the outbox, the relay
 //	    publishing each row when due
-//	DN  relays drain -backlog due rows (before and after DF), next to
-//	DF  the same with -future-rows rows due in a day in the same table
+//	DN  relays drain -backlog due rows, in interleaved rounds with
+//	DF  the same in a table that also holds -future-rows rows due in a day
 func (b *bench) runDelay(ctx context.Context) error {
 	raw, err := b.delayRaw(ctx)
 	if err != nil {
@@ -56,24 +58,7 @@ func (b *bench) runDelay(ctx context.Context) error {
 	b.res.ratio("ratio_delay_late_p99_tx_vs_raw", "delay_late_p99_ms_tx", "delay_late_p99_ms_raw")
 	b.res.ratio("ratio_delay_late_p99_local_vs_raw", "delay_late_p99_ms_local", "delay_late_p99_ms_raw")
 
-	// DN runs before and after DF, and counts as the mean of the two, so
-	// that neither side has the run's first drain to itself.
-	none1, err := b.drainDue(ctx, "DN", "dn", 0)
-	if err != nil {
-		return err
-	}
-	future, err := b.drainDue(ctx, "DF", "df", b.cfg.FutureRows)
-	if err != nil {
-		return err
-	}
-	none2, err := b.drainDue(ctx, "DN", "dn2", 0)
-	if err != nil {
-		return err
-	}
-	b.res.set("delay_drain_msgs_per_s_none", (none1+none2)/2)
-	b.res.set("delay_drain_msgs_per_s_future", future)
-	b.res.ratio("ratio_drain_future_vs_none", "delay_drain_msgs_per_s_future", "delay_drain_msgs_per_s_none")
-	return nil
+	return b.drainRounds(ctx)
 }
 
 // lateness records one lateness phase: a row and its p50/p99/max keys.
@@ -276,39 +261,99 @@ func (b *bench) delayStack(ctx context.Context, label string, transactional bool
 	return a.wait(ctx, label, last)
 }
 
-// drainDue fills a table with future rows due in a day, then -backlog due
-// rows, and has a relay child drain the due ones; it returns the drain
-// rate.
-func (b *bench) drainDue(ctx context.Context, label, purpose string, future int) (float64, error) {
-	topic, err := b.env.topic(ctx, purpose)
-	if err != nil {
-		return 0, err
-	}
-	table := "outbox_" + purpose
-	defer b.env.dropTable(context.WithoutCancel(ctx), table, table+"_lease", table+"_relay")
-	if future > 0 {
-		if err := b.fillFuture(ctx, label, table, topic, future); err != nil {
-			return 0, err
+// drainTable is the table of one side of the DN/DF rounds: created once,
+// with its future rows (DF), and drained anew each round.
+type drainTable struct {
+	label, table, topic, group string
+	future                     int
+}
+
+// drainRounds measures the cost of future rows to the relay's claim of due
+// rows. DN and DF each keep one table for the whole phase; DF's gets its
+// -future-rows rows due in a day once, before the first round. Each of
+// -trials rounds writes -backlog due rows to both tables and has a relay
+// child drain each, DN first in the first round, DF first in the next,
+// and so on; the ratio is taken per round and reported as the median over
+// the rounds with its range, like the interleaved business phases. The
+// sent rows stay: both tables gain the same number per round.
+func (b *bench) drainRounds(ctx context.Context) error {
+	sides := []*drainTable{{label: "DN", table: "outbox_dn"}, {label: "DF", table: "outbox_df", future: b.cfg.FutureRows}}
+	for _, d := range sides {
+		topic, err := b.env.topic(ctx, strings.ToLower(d.label))
+		if err != nil {
+			return err
+		}
+		d.topic, d.group = topic, b.env.group(strings.ToLower(d.label))
+		defer b.env.dropTable(context.WithoutCancel(ctx), d.table, d.table+"_lease", d.table+"_relay")
+		if d.future > 0 {
+			if err := b.fillFuture(ctx, d.label, d.table, d.topic, d.future); err != nil {
+				return err
+			}
 		}
 	}
-	if err := b.fillBacklog(ctx, label, table, topic, b.cfg.Backlog); err != nil {
-		return 0, err
+	rates := map[string][]float64{}
+	rows := map[string][]row{}
+	var ratios []float64
+	for round := range b.cfg.Trials {
+		order := sides
+		if round%2 == 1 {
+			order = []*drainTable{sides[1], sides[0]}
+		}
+		got := map[string]float64{}
+		for _, d := range order {
+			x, err := b.drainDue(ctx, d)
+			if err != nil {
+				return err
+			}
+			got[d.label] = x.Rate
+			rates[d.label] = append(rates[d.label], x.Rate)
+			rows[d.label] = append(rows[d.label], x)
+		}
+		if got["DN"] > 0 {
+			ratios = append(ratios, got["DF"]/got["DN"])
+		}
+		b.progress.printf("DN/DF round %d/%d: DN %.0f msg/s, DF %.0f msg/s, ratio %.3f", round+1, b.cfg.Trials, got["DN"], got["DF"], got["DF"]/got["DN"])
+	}
+	for _, d := range sides {
+		b.res.add(medianRow(rows[d.label]))
+	}
+	b.res.setSpread("delay_drain_msgs_per_s_none", rates["DN"])
+	b.res.setSpread("delay_drain_msgs_per_s_future", rates["DF"])
+	b.res.setSpread("ratio_drain_future_vs_none", ratios)
+	return nil
+}
+
+// medianRow returns the row of the trial with the median rate (of an
+// even number, the slower of the middle two), with the range and number
+// of all.
+func medianRow(rs []row) row {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b row) int { return cmp.Compare(a.Rate, b.Rate) })
+	x := sorted[(len(sorted)-1)/2]
+	x.RateMin, x.RateMax, x.Trials = sorted[0].Rate, sorted[len(sorted)-1].Rate, len(sorted)
+	return x
+}
+
+// drainDue writes -backlog due rows to d's table and has a relay child
+// drain them; it returns the drain's row.
+func (b *bench) drainDue(ctx context.Context, d *drainTable) (row, error) {
+	if err := b.fillBacklog(ctx, d.label, d.table, d.topic, b.cfg.Backlog); err != nil {
+		return row{}, err
 	}
 	sleepCtx(ctx, b.cfg.Settle)
 	res, err := b.runChild(ctx, childSpec{
-		Label: label, DSN: b.env.dsn, NameServer: b.cfg.NameServer, Group: b.env.group(purpose),
-		Table: table, Topic: topic, Relays: b.cfg.Relays, BatchSize: b.cfg.RelayBatchSize, Expect: b.cfg.Backlog,
-		Waiting: future > 0,
+		Label: d.label, DSN: b.env.dsn, NameServer: b.cfg.NameServer, Group: d.group,
+		Table: d.table, Topic: d.topic, Relays: b.cfg.Relays, BatchSize: b.cfg.RelayBatchSize, Expect: b.cfg.Backlog,
+		Waiting: d.future > 0,
 	})
 	if err != nil {
-		return 0, err
+		return row{}, err
 	}
-	b.res.add(row{
-		Phase: label, What: fmt.Sprintf("%d relays drain %d due rows, %d rows due in a day", b.cfg.Relays, b.cfg.Backlog, future),
+	return row{
+		Phase: d.label, What: fmt.Sprintf("%d relays drain %d due rows, %d rows due in a day", b.cfg.Relays, b.cfg.Backlog, d.future),
 		Rate: res.PerSecond, Unit: "msg/s", Ops: res.Drained, Secs: res.Seconds, CPU: res.CPU,
 		Note: fmt.Sprintf("relay process peak RSS %.1f MiB; %d Publish calls", kib2mib(res.PeakRSSKiB), res.Publishes),
-	})
-	return res.PerSecond, nil
+	}, nil
 }
 
 // futureCopyMax bounds the rows one INSERT ... SELECT of fillFuture copies.
