@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -343,7 +344,7 @@ func BenchmarkReconcilerCheck(b *testing.B) {
 	now, _ := chk.Now(ctx)
 	for _, conc := range []int{1, DefaultReconcileConcurrency} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
-			rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Concurrency: conc})
+			rec, err := NewReconciler(chk, pub, ReconcilerConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: slog.New(slog.DiscardHandler)}, Concurrency: conc})
 			require.NoError(b, err)
 			require.Eventually(b, func() bool {
 				res, err := rec.Reconcile(ctx, now.Add(-time.Minute), now.Add(time.Minute))
