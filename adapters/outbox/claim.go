@@ -58,9 +58,9 @@ const (
 // lookAgainSoon runs after a claim that left nothing due behind as far as
 // it could see: its locking read skips rows another transaction holds.
 // Those are rows of a bucket whose previous owner is still publishing a
-// batch from it, and rows that another relay's claim locks for a moment
-// as it reads past the end of its own bucket's range in the index (the
-// next entry is the first row of the following bucket). Left alone, such
+// batch from it, and rows that another relay's concurrent claim holds for
+// a moment (two relays draining one table left one to three such rows
+// per drain; one relay left none). Left alone, such
 // a row waits for the next nudge or poll, up to PollInterval. So a plain
 // read (one entry of the claim's index, no lock) looks for a due row in
 // the relay's buckets: when there is one, res makes the relay claim again
