@@ -82,8 +82,9 @@ func (rawCodec) Decode(body []byte) (string, error) { return string(body), nil }
 
 // startHASweeper runs the sweeper of e's producer group and returns its
 // log. A restarted master checks its half messages back from its first
-// seconds, before producers' heartbeats reach it (5.x also keeps a master
-// that has slaves off the name server while it syncs with them): each
+// seconds, before producers' heartbeats reach it (the name server routed
+// to a restarted master of this test bed only 13–14 s after its start in
+// CI runs, and producers learn its address from the routes): each
 // check that finds no producer channel counts toward transactionCheckMax,
 // 5 checks 1 s apart here, so the master may discard half messages whose
 // END_TRANSACTION it never got into TRANS_CHECK_MAX_TIME_TOPIC. The
