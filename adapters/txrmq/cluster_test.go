@@ -248,16 +248,11 @@ func TestClusterBrokerKillFailsOverAndLosesNothing(t *testing.T) {
 	require.EqualValues(t, len(committed)+8, orders)
 }
 
-// With no producer of the group left, the half messages of a killed
-// producer are discarded by both brokers into TRANS_CHECK_MAX_TIME_TOPIC;
-// one sweeper consumes that topic from both and republishes every
-// committed event once.
-func TestClusterSweeperSweepsBothBrokers(t *testing.T) {
-	brokers := testbed.RequireCluster(t)
-	e := newTxEnv(t)
-	obs := testbed.Observe(t, e.topic, nil)
+// startGroupSweeper runs a sweeper of e's producer group that republishes
+// through pub, and returns its log.
+func startGroupSweeper(t *testing.T, e *txEnv, pub *Publisher) *logRecorder {
+	t.Helper()
 	logger, logs := newLogRecorder()
-	pub := newTestPublisher(t, 0)
 	sw, err := NewSweeper(e.chk, pub, SweeperConfig{
 		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: testbed.Name(t, "sweep"),
 		ProducerGroups:  []string{e.group},
@@ -266,6 +261,18 @@ func TestClusterSweeperSweepsBothBrokers(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sw.Start(context.Background()))
 	t.Cleanup(func() { _ = sw.Close(context.Background()) })
+	return logs
+}
+
+// With no producer of the group left, the half messages of a killed
+// producer are discarded by both brokers into TRANS_CHECK_MAX_TIME_TOPIC;
+// one sweeper consumes that topic from both and republishes every
+// committed event once.
+func TestClusterSweeperSweepsBothBrokers(t *testing.T) {
+	brokers := testbed.RequireCluster(t)
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	logs := startGroupSweeper(t, e, newTestPublisher(t, 0))
 
 	prefix := "swept-" + testbed.Suffix()
 	runClusterChild(t, e, prefix, 16)

@@ -92,21 +92,12 @@ func (rawCodec) Decode(body []byte) (string, error) { return string(body), nil }
 // wherever the check window is shorter than a broker restart.
 func startHASweeper(t *testing.T, e *txEnv) *logRecorder {
 	t.Helper()
-	logger, logs := newLogRecorder()
 	// Not newTestPublisher: it wants TXMSG_BROKER, broker-a, reachable.
 	pub, err := NewPublisher(PublisherConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "swpub")})
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
-	sw, err := NewSweeper(e.chk, pub, SweeperConfig{
-		Conn: Conn{NameServers: []string{testbed.NameServer()}, Logger: logger}, Group: testbed.Name(t, "sweep"),
-		ProducerGroups:  []string{e.group},
-		RetryDelayLevel: 1,
-	})
-	require.NoError(t, err)
-	require.NoError(t, sw.Start(context.Background()))
-	t.Cleanup(func() { _ = sw.Close(context.Background()) })
-	return logs
+	return startGroupSweeper(t, e, pub)
 }
 
 // startHAInbox starts an inbox consumer that pulls little ahead
