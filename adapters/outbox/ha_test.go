@@ -28,34 +28,8 @@ func TestHARelayKeepsGoingWithAMasterDown(t *testing.T) {
 	e := brokerEnv(t)
 	start(t, e.relay(brokerPublisher(t), RelayConfig{}))
 
-	inbox, err := txmsg.NewInbox(e.db, txmsg.InboxConfig{})
-	require.NoError(t, err)
-	require.NoError(t, inbox.Migrate(context.Background()))
-	var mu sync.Mutex
-	handled := map[string]int{}
-	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[[]byte]{Name: e.topic, Codec: rawCodec{}},
-		func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[[]byte]) error {
-			mu.Lock()
-			defer mu.Unlock()
-			handled[d.Message.ID]++
-			return nil
-		})}, txrmq.ConsumerConfig{
-		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg"),
-		RetryDelayLevel: 1,
-	})
-	require.NoError(t, err)
-	require.NoError(t, c.Start(context.Background()))
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	count := func(ids []string) (n int) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range ids {
-			if handled[id] > 0 {
-				n++
-			}
-		}
-		return n
-	}
+	handled := startCounter(t, e)
+	count := handled.count
 
 	before := e.send(20, "before", withKeys)
 	require.Eventually(t, func() bool { return count(before) == len(before) }, time.Minute, 100*time.Millisecond)
@@ -75,9 +49,56 @@ func TestHARelayKeepsGoingWithAMasterDown(t *testing.T) {
 	require.Eventually(t, func() bool { return count(all) == len(all) }, time.Minute, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return e.stats().Pending == 0 }, waitFor, tick)
 	time.Sleep(2 * time.Second) // let a duplicate delivery, if any, be handled
-	mu.Lock()
-	defer mu.Unlock()
 	for _, id := range all {
-		require.Equal(t, 1, handled[id], "%s handled %d times", id, handled[id])
+		require.Equal(t, 1, handled.times(id), "%s handled %d times", id, handled.times(id))
 	}
+}
+
+// counter is an inbox consumer of an env's topic that counts the
+// handlings of each txmsg ID.
+type counter struct {
+	mu      sync.Mutex
+	handled map[string]int
+}
+
+// startCounter starts a counter, closed when t ends.
+func startCounter(t *testing.T, e *env) *counter {
+	t.Helper()
+	h := &counter{handled: map[string]int{}}
+	inbox, err := txmsg.NewInbox(e.db, txmsg.InboxConfig{})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(context.Background()))
+	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[[]byte]{Name: e.topic, Codec: rawCodec{}},
+		func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[[]byte]) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.handled[d.Message.ID]++
+			return nil
+		})}, txrmq.ConsumerConfig{
+		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg"),
+		RetryDelayLevel: 1,
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return h
+}
+
+// count returns how many of ids were handled at least once.
+func (h *counter) count(ids []string) (n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if h.handled[id] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// times returns how many times id was handled.
+func (h *counter) times(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.handled[id]
 }

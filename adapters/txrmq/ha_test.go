@@ -92,12 +92,7 @@ func (rawCodec) Decode(body []byte) (string, error) { return string(body), nil }
 // wherever the check window is shorter than a broker restart.
 func startHASweeper(t *testing.T, e *txEnv) *logRecorder {
 	t.Helper()
-	// Not newTestPublisher: it wants TXMSG_BROKER, broker-a, reachable.
-	pub, err := NewPublisher(PublisherConfig{Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "swpub")})
-	require.NoError(t, err)
-	require.NoError(t, pub.Start(context.Background()))
-	t.Cleanup(func() { _ = pub.Close(context.Background()) })
-	return startGroupSweeper(t, e, pub)
+	return startGroupSweeper(t, e, haPublisher(t, "swpub"))
 }
 
 // startHAInbox starts an inbox consumer that pulls little ahead

@@ -52,11 +52,38 @@ func (h *HA) Start(t testing.TB, name string) {
 	}
 }
 
-// Restore starts whatever broker of the HA form is not running (a test
-// that failed between a kill and its restart leaves one down) and resumes
-// a paused one.
+// Pause SIGSTOPs broker name (a master or a slave): it holds its
+// connections and answers nothing; for a slave, replication stops.
+func (h *HA) Pause(t testing.TB, name string) {
+	t.Helper()
+	if err := h.Procs.Pause(name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Promote makes the failover by hand after master's disk is lost
+// ([rmqproc.Instance.Promote]): master SIGKILLed, its store deleted, its
+// slave restarted as the group's master. Restore rebuilds the group.
+func (h *HA) Promote(t testing.TB, master string) {
+	t.Helper()
+	if err := h.Procs.Promote(context.Background(), master); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Restore puts the HA form back as make test-ha started it: a group whose
+// slave was promoted is rebuilt from empty stores (its topics are gone),
+// a paused broker is resumed, and whatever broker is not running (a test
+// that failed between a kill and its restart leaves one down) is started.
 func (h *HA) Restore(t testing.TB) {
 	t.Helper()
+	for _, m := range h.Masters {
+		if h.Procs.Promoted(m.Name) {
+			if err := h.Procs.Rebuild(context.Background(), m.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	_ = h.Procs.Resume("")
 	if !h.Procs.Owns("") {
 		h.Start(t, "")

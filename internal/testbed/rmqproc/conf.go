@@ -237,10 +237,15 @@ func (in *Instance) writeConfigs(c component) error {
 			"storePathRootDir="+c.storeDir(),
 			"storePathCommitLog="+filepath.Join(c.storeDir(), "commitlog"))
 		if c.role != "" {
+			id, role := c.effectiveRole()
+			form := "# --- the HA form: " + string(in.cfg.HA) + " replication ---"
+			if c.promoted() {
+				form = "# --- the HA form: a slave promoted to its group's master (rmq promote; rebuild undoes it) ---"
+			}
 			lines = append(lines, "",
-				"# --- the HA form: "+string(in.cfg.HA)+" replication ---",
-				fmt.Sprintf("brokerId=%d", c.brokerID),
-				"brokerRole="+c.role,
+				form,
+				fmt.Sprintf("brokerId=%d", id),
+				"brokerRole="+role,
 				// The master registers brokerIP2:haListenPort as its HA
 				// address; the slave learns it from the name server.
 				"brokerIP2=127.0.0.1",
@@ -249,7 +254,7 @@ func (in *Instance) writeConfigs(c component) error {
 				// 10 s (the least; default 30 s) shortens the wait after a
 				// start.
 				"registerNameServerPeriod=10000")
-			if c.role == "SLAVE" {
+			if role == "SLAVE" {
 				// A slave answers pulls only with slaveReadEnable
 				// (otherwise SYSTEM_BUSY, "[REJECTREQUEST]system busy"):
 				// without it consumers cannot read a dead master's queues
@@ -257,7 +262,7 @@ func (in *Instance) writeConfigs(c component) error {
 				// never sends consumers that lag to its slave.
 				lines = append(lines, "slaveReadEnable=true")
 			}
-			if c.role == "SYNC_MASTER" {
+			if role == "SYNC_MASTER" {
 				// RocketMQ 5.x waits for as many replicas, the master
 				// included, as inSyncReplicas says: 1 (the default) makes
 				// SYNC_MASTER wait for no slave.

@@ -121,7 +121,19 @@ func (in *Instance) brokerList() []Broker {
 	if !in.cfg.Cluster {
 		return nil
 	}
-	return in.cfg.Brokers
+	if in.cfg.HA == "" {
+		return in.cfg.Brokers
+	}
+	// A group whose slave was promoted has its master at the slave's
+	// address.
+	var out []Broker
+	for _, b := range in.brokers {
+		_, role := b.effectiveRole()
+		if role != "SLAVE" && !(b.role != "SLAVE" && in.Promoted(b.name)) {
+			out = append(out, Broker{Name: b.brokerName, Addr: b.addr()})
+		}
+	}
+	return out
 }
 
 // mode resolves ModeAuto, or returns "remote" for a name server not on
@@ -214,6 +226,21 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 			in.dir, strings.TrimSpace(string(prev)), in.cfg.NameServer)
 	}
 
+	if in.cfg.HA != "" {
+		var keep []component
+		for _, b := range targets {
+			if b.role != "SLAVE" && in.Promoted(b.name) {
+				if broker != "" {
+					return fmt.Errorf("%s's slave was promoted in its place (promote): rebuild the group first (rebuild %s)", b.name, b.name)
+				}
+				in.logf("%s: not started, its slave was promoted in its place (rebuild %s undoes it)", b.name, b.name)
+				continue
+			}
+			keep = append(keep, b)
+		}
+		targets = keep
+	}
+
 	var started, external []component
 	if nsOK {
 		in.logf("namesrv already running (pid %d)", nsPid)
@@ -290,7 +317,7 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 		return fmt.Errorf("%w; logs: %s", err, in.logsHint())
 	}
 	for _, c := range started {
-		if c.role == "SLAVE" {
+		if _, role := c.effectiveRole(); role == "SLAVE" {
 			// A slave takes no sends: ready is its port open and a
 			// replication connection on its master's HA port (it learns
 			// the address from the name server at its next
@@ -556,6 +583,9 @@ func (in *Instance) Wipe(broker string) error {
 			return err
 		}
 		if err := os.RemoveAll(b.logDir()); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(b.promotedFile()); err != nil {
 			return err
 		}
 		in.logf("deleted %s and %s", b.storeDir(), b.logDir())

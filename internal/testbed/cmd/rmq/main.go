@@ -2,7 +2,7 @@
 // internal/testbed/rmqproc); scripts/rocketmq.sh runs it for every verb but
 // fetch.
 //
-//	rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]
+//	rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker]
 //
 //	start    start what is not running and wait until a message can be sent
 //	stop     stop what was started here (broker: that broker of the cluster only)
@@ -15,6 +15,11 @@
 //	wipe     delete the store and logs of a stopped instance
 //	ready    only wait until the name server routes a message (to every
 //	         broker with -cluster)
+//	promote  (-ha, a master's name) a failover by hand after a lost disk:
+//	         SIGKILL the master and delete its store, restart its slave as
+//	         the group's master; the group keeps what the slave had
+//	rebuild  (-ha, a master's name) undo promote: both stores deleted, the
+//	         master and its slave started afresh
 //
 // The single form reads TXMSG_NAMESRV and TXMSG_BROKER; -cluster (or a
 // broker name) the two-broker cluster of TXMSG_CLUSTER_NAMESRV and
@@ -60,7 +65,7 @@ func run(args []string) int {
 	timeout := fs.Duration("ready-timeout", 120*time.Second, "how long start waits until RocketMQ takes messages")
 	root := fs.String("root", "", "repository root (default: found from the working directory)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready [broker]")
+		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker]")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the verb too (scripts/rocketmq.sh start --cluster).
@@ -135,15 +140,20 @@ func run(args []string) int {
 		}
 	case "wipe":
 		err = in.Wipe(broker)
-	case "ready":
-		c := in.Config()
-		var brokers []rmqproc.Broker
-		if c.Cluster {
-			brokers = c.Brokers
+	case "promote", "rebuild":
+		if broker == "" {
+			fmt.Fprintf(os.Stderr, "rmq: %s needs the name of a master of the HA form, e.g. -ha %s broker-a\n", verb, verb)
+			return 2
 		}
+		if verb == "promote" {
+			err = in.Promote(ctx, broker)
+		} else {
+			err = in.Rebuild(ctx, broker)
+		}
+	case "ready":
 		rctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		err = rmqproc.WaitReady(rctx, c.NameServer, brokers, os.Stdout)
+		err = rmqproc.WaitReady(rctx, in.Config().NameServer, in.Masters(), os.Stdout)
 	default:
 		fmt.Fprintf(os.Stderr, "rmq: unknown verb %q\n", verb)
 		fs.Usage()
