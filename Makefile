@@ -238,8 +238,22 @@ bench: services-up
 ## non-zero on a violation (about 10 min; CHAOS_FLAGS, e.g. -duration 20m -faults 20). See docs/reliability.md.
 ## CLUSTER=1 runs it on the two-broker cluster of test-cluster (started, wiped first, and stopped after):
 ## topics on both brokers, broker faults alternate between broker-a and broker-b.
+## HA=1 (or HA=sync) runs it on the HA form of test-ha (asynchronous, or synchronous replication; started, wiped
+## first, and stopped after): topics on every master and slave, the reconciler on in every stack, broker faults on
+## the groups' masters, and the HA kinds slave-kill, master-kill-failover and failover-tail-loss besides the others.
 CHAOS_BIN := .cache/chaos/txchaos
-ifeq ($(CLUSTER),1)
+HA_CHAOS_FLAG = $(if $(filter sync,$(HA)),--ha-sync,--ha)
+HA_CHAOS_MODE = $(if $(filter sync,$(HA)),sync,async)
+ifneq ($(HA),)
+chaos:
+	$(MYSQL_UP)
+	$(HA_ENV) scripts/rocketmq.sh $(HA_CHAOS_FLAG) stop
+	$(HA_ENV) scripts/rocketmq.sh $(HA_CHAOS_FLAG) wipe
+	$(HA_ENV) scripts/rocketmq.sh $(HA_CHAOS_FLAG) start
+	$(GO) build -o $(CHAOS_BIN) $(CHAOS_PKG)
+	status=0; $(HA_ENV) TXMSG_HA=$(HA_CHAOS_MODE) $(CHAOS_BIN) -ha $(CHAOS_FLAGS) || status=$$?; \
+	$(HA_ENV) scripts/rocketmq.sh $(HA_CHAOS_FLAG) stop; exit $$status
+else ifeq ($(CLUSTER),1)
 chaos:
 	$(MYSQL_UP)
 	$(RMQ_CLUSTER) stop

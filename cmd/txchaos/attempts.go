@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // Attempt records: every producer incarnation appends one JSON line before
@@ -80,7 +81,15 @@ type attempt struct {
 	// before recording one.
 	Outcome string
 	Err     string
+	// Began is when the producer began it (the "try" line); zero when that
+	// line was lost.
+	Began time.Time
 }
+
+// failed reports whether the client got no commit for a transaction whose
+// business logic did not fail on purpose: an error, or its producer died
+// under it.
+func (a *attempt) failed() bool { return !a.Rollback && a.Outcome != outcomeCommitted }
 
 // readAttempts reads every attempt record under dir.
 func readAttempts(dir string) (map[string]*attempt, error) {
@@ -118,6 +127,7 @@ func readAttemptFile(path string, out map[string]*attempt) error {
 		switch r.Ev {
 		case evTry:
 			a.Mode, a.Key, a.Seq, a.Rollback = r.Mode, r.Key, r.Seq, r.Rollback
+			a.Began = time.UnixMicro(r.T)
 		case evEnd:
 			a.Outcome, a.Err = r.Outcome, r.Err
 		}

@@ -67,6 +67,11 @@ type childSpec struct {
 	// producer sends to and the sweeper's process forwards from.
 	DelayRatio float64 `json:"delay_ratio"`
 	DelayTopic string  `json:"delay_topic"`
+	// Reconcile turns stack.Config.Reconcile on in every stack: the
+	// producers keep each event's message, the sweeper's and the relays'
+	// processes run a reconciler (the HA form, where failovers lose
+	// acknowledged messages).
+	Reconcile bool `json:"reconcile,omitempty"`
 }
 
 func childMain(raw string) int {

@@ -96,10 +96,11 @@ func runRelay(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.Log
 	st, err := stack.Outbox(db, stack.OutboxConfig{
 		Config: stack.Config{
 			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.RelayGroup,
-			Topics: []string{topic},
-			Parts:  stack.PartBackground,
-			Logger: log,
-			Hooks:  txmsg.Hooks{relayHooks{ks}},
+			Topics:    []string{topic},
+			Parts:     stack.PartBackground,
+			Logger:    log,
+			Hooks:     txmsg.Hooks{relayHooks{ks}},
+			Reconcile: spec.Reconcile,
 		},
 		Relay: outbox.RelayConfig{
 			Name:         name,
@@ -222,9 +223,10 @@ func runSweeper(ctx context.Context, spec childSpec, log *slog.Logger) error {
 	st, err := stack.Transactional(db, stack.TransactionalConfig{
 		Config: stack.Config{
 			RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.TxGroup,
-			Topics: []string{spec.Topics[modeTx]},
-			Parts:  stack.PartBackground,
-			Logger: log,
+			Topics:    []string{spec.Topics[modeTx]},
+			Parts:     stack.PartBackground,
+			Logger:    log,
+			Reconcile: spec.Reconcile,
 		},
 		Sweeper:  txrmq.SweeperConfig{HoldFor: 20 * time.Second, RetryDelayLevel: consumerRetryLevel},
 		Producer: txrmq.TransactionalConfig{DelayTopic: spec.DelayTopic},

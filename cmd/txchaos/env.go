@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +74,10 @@ func (r *runner) prepare() error {
 // and mode of the environment (as scripts/rocketmq.sh has them).
 func brokerProcs(cfg config, log io.Writer) (*rmqproc.Instance, error) {
 	rc, err := rmqproc.FromEnv(cfg.Cluster)
+	if cfg.HA != "" {
+		rc, err = rmqproc.HAFromEnv()
+		rc.HA = cfg.HA
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +142,18 @@ func (r *runner) setup(ctx context.Context) error {
 }
 
 func (r *runner) createTopic(ctx context.Context, name string) error {
-	return testbed.CreateTopicOn(ctx, r.cfg.NameServer, r.brokerAddrs(), name, 4)
+	if err := testbed.CreateTopicOn(ctx, r.cfg.NameServer, r.brokerAddrs(), name, 4); err != nil {
+		return err
+	}
+	if r.cfg.HA == "" {
+		return nil
+	}
+	for _, b := range r.cfg.Brokers {
+		if err := r.topicOn(ctx, r.rmq.SlaveAddr(b.Name), name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // teardown drops the run's database and topics unless keep.
@@ -171,7 +187,7 @@ func (r *runner) teardown(keep bool) {
 }
 
 // brokerAddrs are the brokers topics are created on: every broker of the
-// cluster, or the one broker.
+// cluster (on the HA form the masters as configured), or the one broker.
 func (r *runner) brokerAddrs() []string {
 	if !r.cfg.Cluster {
 		return []string{r.cfg.Broker}
@@ -181,4 +197,23 @@ func (r *runner) brokerAddrs() []string {
 		out = append(out, b.Addr)
 	}
 	return out
+}
+
+// topicsOn creates the run's topics on the slave at addr: on the HA form
+// a slave copies its master's topics only once a minute, and a consumer
+// reads a dead master's queues from its slave. After a failover the new
+// slave starts from an empty store.
+func (r *runner) topicsOn(ctx context.Context, addr string) error {
+	for _, t := range append(slices.Collect(maps.Values(r.topics)), r.delayTopic) {
+		if err := r.topicOn(ctx, addr, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// topicOn creates topic on the broker at addr alone; the name server
+// routes it already through the masters.
+func (r *runner) topicOn(ctx context.Context, addr, topic string) error {
+	return testbed.CreateTopicOn(ctx, r.cfg.NameServer, []string{addr}, topic, 4)
 }

@@ -55,15 +55,44 @@ const (
 	// handle while the database is down. The run must end with nothing
 	// lost.
 	kindDBOutage = "db-long-outage"
+	// kindSlaveKill SIGKILLs the slave of broker-a or broker-b (in turn)
+	// and starts it again after 2 to 6 s (HA form only). Under
+	// synchronous replication its master's sends fail meanwhile.
+	kindSlaveKill = "slave-kill"
+	// kindFailover is the failover after a master's disk is lost (HA form
+	// only): the master of broker-a or broker-b is SIGKILLed and its store
+	// deleted, its slave restarted as the group's master
+	// (rmqproc.Instance.Promote), and the old master's broker started
+	// again as the new master's slave from an empty store (a replacement
+	// machine). What the slave had not received yet is lost.
+	kindFailover = "master-kill-failover"
+	// kindFailoverTail is kindFailover after the slave was paused
+	// (SIGSTOP) for tailFor under load: under asynchronous replication the
+	// group loses every message its master acknowledged meanwhile, and the
+	// reconciler must publish the events among them again; under
+	// synchronous replication the master's sends fail during the pause
+	// instead.
+	kindFailoverTail = "failover-tail-loss"
 	// kindPlainKill is what an armed kill becomes when its point is not
 	// reached in time: a plain SIGKILL. Never scheduled.
 	kindPlainKill = "process-kill-plain"
 )
 
-var allKinds = []string{kindHalfSent, kindAfterCommit, kindProducerRandom, kindRelay, kindConsumer,
-	kindBrokerKill, kindDBRestart, kindBrokerPause, kindBrokerOutage, kindDBOutage}
+var allKinds = append([]string{kindHalfSent, kindAfterCommit, kindProducerRandom, kindRelay, kindConsumer,
+	kindBrokerKill, kindDBRestart, kindBrokerPause, kindBrokerOutage, kindDBOutage}, haKindList...)
 
-var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true, kindBrokerOutage: true, kindDBOutage: true}
+var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true, kindBrokerOutage: true, kindDBOutage: true,
+	kindSlaveKill: true, kindFailover: true, kindFailoverTail: true}
+
+// haKindList are the kinds of the HA form alone; on it the broker kinds
+// act on the groups' current masters.
+var haKindList = []string{kindSlaveKill, kindFailover, kindFailoverTail}
+
+var haKinds = map[string]bool{kindSlaveKill: true, kindFailover: true, kindFailoverTail: true}
+
+// tailFor is how long kindFailoverTail pauses the slave before the
+// failover: the load commits some tens of events meanwhile.
+const tailFor = 3 * time.Second
 
 // dbKinds are the kinds that stop or restart the database.
 var dbKinds = map[string]bool{kindDBRestart: true, kindDBOutage: true}
@@ -111,8 +140,14 @@ type faultRecord struct {
 	CaughtUp    time.Duration `json:"caught_up"`
 	SlowestMode string        `json:"slowest_mode,omitempty"`
 	Unrecovered bool          `json:"unrecovered,omitempty"`
-	Stuck       string        `json:"stuck,omitempty"` // why not, when Unrecovered
-	Err         string        `json:"err,omitempty"`
+	// Attempted and Failed count the transactions begun from Start until
+	// the recovery, in both modes, and those of them the client got no
+	// commit for (not counting the business logic's rollbacks on purpose):
+	// the fault's cost in availability.
+	Attempted int    `json:"attempted"`
+	Failed    int    `json:"failed"`
+	Stuck     string `json:"stuck,omitempty"` // why not, when Unrecovered
+	Err       string `json:"err,omitempty"`
 }
 
 // inject injects one fault of kind and returns its record.
@@ -205,6 +240,24 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		})
 		r.dbFaultEnded(ctx, &rec, err)
 		return rec
+	case kindSlaveKill:
+		group := r.groupTarget(odd)
+		slave := r.rmq.SlaveOf(group)
+		rec := faultRecord{Kind: kind, Start: time.Now()}
+		if err := r.broker(ctx, "kill", slave); err != nil {
+			rec.Err = err.Error()
+			return rec
+		}
+		down := 2*time.Second + time.Duration(r.rng.Int64N(int64(4*time.Second)))
+		rec.Detail = fmt.Sprintf("%s (slave of %s) SIGKILLed, started again after %s", slave, group, down.Round(time.Millisecond))
+		sleep(ctx, down)
+		if err := r.retryBroker(ctx, "start", slave); err != nil {
+			rec.Err = err.Error()
+		}
+		rec.End = time.Now()
+		return rec
+	case kindFailover, kindFailoverTail:
+		return r.failover(ctx, kind, r.groupTarget(odd))
 	case kindBrokerPause:
 		pause := r.cfg.PauseMin + time.Duration(r.rng.Int64N(int64(r.cfg.PauseMax-r.cfg.PauseMin)+1))
 		target := r.brokerTarget(odd)
@@ -308,12 +361,56 @@ func (r *runner) killNow(ctx context.Context, kind string, p *proc) faultRecord 
 }
 
 // brokerTarget is the broker a broker fault acts on: none named (the one
-// broker) or, on the cluster, broker-a and broker-b in turn.
+// broker) or, on the cluster, broker-a and broker-b in turn; on the HA
+// form the master of broker-a or broker-b now.
 func (r *runner) brokerTarget(odd bool) []string {
 	if !r.cfg.Cluster {
 		return nil
 	}
-	return []string{pick(odd, r.cfg.Brokers[0].Name, r.cfg.Brokers[1].Name)}
+	group := r.groupTarget(odd)
+	if r.cfg.HA != "" {
+		return []string{r.rmq.MasterOf(group)}
+	}
+	return []string{group}
+}
+
+// groupTarget is broker-a or broker-b (a broker name, or a group of the
+// HA form).
+func (r *runner) groupTarget(odd bool) string {
+	return pick(odd, r.cfg.Brokers[0].Name, r.cfg.Brokers[1].Name)
+}
+
+// failover injects kindFailover or kindFailoverTail on group: the fault
+// ends when the promoted slave takes messages; the old master's broker
+// then comes back as its slave, with the run's topics.
+func (r *runner) failover(ctx context.Context, kind, group string) faultRecord {
+	master, slave := r.rmq.MasterOf(group), r.rmq.SlaveOf(group)
+	rec := faultRecord{Kind: kind, Start: time.Now()}
+	rec.Detail = fmt.Sprintf("%s's store deleted, %s promoted", master, slave)
+	if kind == kindFailoverTail {
+		if err := r.broker(ctx, "pause", slave); err != nil {
+			rec.Err = err.Error()
+			return rec
+		}
+		rec.Detail = fmt.Sprintf("%s paused %s, then %s", slave, tailFor, rec.Detail)
+		sleep(ctx, tailFor)
+	}
+	if err := r.broker(context.WithoutCancel(ctx), "promote", group); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	rec.End = time.Now()
+	start := time.Now()
+	if err := r.retryBroker(ctx, "start", master); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	if err := r.topicsOn(context.WithoutCancel(ctx), r.rmq.SlaveAddr(group)); err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	rec.Detail += fmt.Sprintf("; %s back as its slave after %s", master, time.Since(start).Round(time.Second))
+	return rec
 }
 
 func brokerLabel(target []string) string {
@@ -363,6 +460,8 @@ func (r *runner) broker(ctx context.Context, verb string, target ...string) erro
 		err = r.rmq.Pause(name)
 	case "resume":
 		err = r.rmq.Resume(name)
+	case "promote":
+		err = r.rmq.Promote(ctx, name)
 	default:
 		err = fmt.Errorf("unknown verb %q", verb)
 	}

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 )
 
 func main() {
@@ -69,6 +70,11 @@ type config struct {
 	// broker-a and broker-b in turn.
 	Cluster bool
 	Brokers []testbed.ClusterBroker
+	// HA runs on the HA form of scripts/rocketmq.sh (start --ha or
+	// --ha-sync): two groups of a master and a slave, replicating async or
+	// sync. It implies Cluster (Brokers are the masters) and Infra, adds
+	// the HA fault kinds, and turns the reconciler on in every stack.
+	HA rmqproc.Replication
 	// Root is the repository root: scripts/ lives there.
 	Root string
 	// Dir holds the run's logs and attempt records. Default
@@ -175,6 +181,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.PauseMax, "pause-max", cfg.PauseMax, "longest broker pause")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "random seed of the schedule")
 	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS; make chaos CLUSTER=1): topics on both brokers, broker faults on broker-a and broker-b in turn")
+	ha := fs.Bool("ha", false, "run on the HA form (TXMSG_HA=async|sync, TXMSG_HA_NAMESRV, TXMSG_HA_BROKERS; make chaos HA=1 or HA=sync): topics on every master and slave, the HA fault kinds ("+strings.Join(haKindList, ",")+") besides the others, the reconciler on")
 	fs.BoolVar(&cfg.NoSweeper, "no-sweeper", false, "run without the sweeper (shows the events it saves as I1 violations)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the run's database and topics")
 	if err := fs.Parse(args); err != nil {
@@ -193,7 +200,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 	}
-	if cfg.Cluster {
+	if *ha {
+		hc, err := rmqproc.HAFromEnv()
+		if err != nil {
+			fmt.Fprintln(stderr, "-ha:", err)
+			return cfg, flag.ErrHelp
+		}
+		if !cfg.Infra {
+			fmt.Fprintln(stderr, "-ha needs -infra: its faults kill brokers")
+			return cfg, flag.ErrHelp
+		}
+		cfg.HA, cfg.Cluster, cfg.NameServer, cfg.Brokers = hc.HA, true, hc.NameServer, hc.Brokers
+		cfg.Broker = cfg.Brokers[0].Addr
+	} else if cfg.Cluster {
 		ns := testbed.ClusterNameServer()
 		if ns == "" {
 			fmt.Fprintln(stderr, "-cluster needs TXMSG_CLUSTER_NAMESRV (and TXMSG_CLUSTER_BROKERS unless the default ports); make chaos CLUSTER=1 sets them")

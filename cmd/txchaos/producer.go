@@ -67,10 +67,11 @@ func runProducer(ctx context.Context, spec childSpec, ks *killSwitch, log *slog.
 	topic := spec.Topics[spec.Mode]
 	sc := stack.Config{
 		RocketMQ: txrmq.Conn{NameServers: []string{spec.NameServer}}, Group: spec.TxGroup,
-		Topics: []string{topic},
-		Parts:  stack.PartProducer,
-		Logger: log,
-		Hooks:  txmsg.Hooks{producerHooks{ks}},
+		Topics:    []string{topic},
+		Parts:     stack.PartProducer,
+		Logger:    log,
+		Hooks:     txmsg.Hooks{producerHooks{ks}},
+		Reconcile: spec.Reconcile,
 	}
 	var st *stack.Stack
 	switch spec.Mode {

@@ -27,6 +27,9 @@ type report struct {
 	// SweptCommitted and SweptRolledBack count the discarded half messages
 	// the sweeper republished and dropped.
 	SweptCommitted, SweptRolledBack int
+	// Reconciled counts the lost events the reconcilers published again
+	// (each reconciling process counts its own).
+	Reconciled int
 	// Restarts counts process deaths the supervisor restarted.
 	Restarts int
 	// DataRaces counts race reports in the children's output (race
@@ -118,10 +121,16 @@ type summary struct {
 	MovedKeyInversions         int   `json:"moved_key_inversions,omitempty"`
 	SweptCommitted             int   `json:"swept_committed"`
 	SweeperOnly                int   `json:"sweeper_only"`
-	Restarts                   int   `json:"restarts"`
-	DataRaces                  int   `json:"data_races"`
-	ElapsedS                   int64 `json:"elapsed_s"`
-	OK                         bool  `json:"ok"`
+	Reconciled                 int   `json:"reconciled"`
+	// FaultFailed and FaultAttempted, by fault kind: the transactions
+	// begun during a fault and its recovery, and those the client got no
+	// commit for (faultRecord.Failed).
+	FaultFailed    map[string]int `json:"fault_failed"`
+	FaultAttempted map[string]int `json:"fault_attempted"`
+	Restarts       int            `json:"restarts"`
+	DataRaces      int            `json:"data_races"`
+	ElapsedS       int64          `json:"elapsed_s"`
+	OK             bool           `json:"ok"`
 }
 
 func (r *report) summary() summary {
@@ -136,8 +145,9 @@ func (r *report) summary() summary {
 		DelayedEarly: v.Early, DelayedLate: v.LateDelayed, DelayedHandled: v.Delayed,
 		DelayedLateP50MS: v.DelayedLateP50, DelayedLateP99MS: v.DelayedLateP99, DelayedLateMaxMS: v.DelayedLateMax,
 		DrainMS: r.DrainTime.Milliseconds(), BrokerExtraCopies: v.BrokerCopies, KeysMovedBroker: v.KeysMovedBroker, MovedKeyInversions: v.MovedKeyInversions, SweptCommitted: r.SweptCommitted,
-		SweeperOnly: v.SweeperOnly,
-		Restarts:    r.Restarts, DataRaces: r.DataRaces, ElapsedS: int64(r.Elapsed.Seconds()), OK: r.OK(),
+		SweeperOnly: v.SweeperOnly, Reconciled: r.Reconciled,
+		FaultFailed: map[string]int{}, FaultAttempted: map[string]int{},
+		Restarts: r.Restarts, DataRaces: r.DataRaces, ElapsedS: int64(r.Elapsed.Seconds()), OK: r.OK(),
 	}
 	for _, n := range s.Faults {
 		s.FaultsTotal += n
@@ -146,6 +156,10 @@ func (r *report) summary() summary {
 		s.MaxRecoveryMS, s.MaxRecoveryKind = d.Milliseconds(), f.Kind
 	}
 	for _, f := range r.Faults {
+		if f.Err == "" {
+			s.FaultFailed[f.Kind] += f.Failed
+			s.FaultAttempted[f.Kind] += f.Attempted
+		}
 		if f.Unrecovered {
 			s.Unrecovered++
 		}
@@ -177,7 +191,9 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "faults over %s. Outage: fault start to end (process dead, service back). Fresh: from the end until\n", r.FaultTime.Round(time.Second))
 	fmt.Fprintf(w, "transactions begun after it are handled in both modes. Recovery: until, besides, every order committed\n")
 	fmt.Fprintf(w, "before the end is handled.\n")
-	fmt.Fprintf(w, "%-28s %5s %10s %10s %10s %10s %8s\n", "kind", "count", "outage max", "fresh max", "recov p50", "recov max", "unrecov")
+	fmt.Fprintf(w, "before the end is handled. Failed: of the transactions begun from the start to the recovery, those the\n")
+	fmt.Fprintf(w, "client got no commit for (an error, or its producer died; rollbacks on purpose not counted).\n")
+	fmt.Fprintf(w, "%-28s %5s %10s %10s %10s %10s %8s %16s\n", "kind", "count", "outage max", "fresh max", "recov p50", "recov max", "unrecov", "failed/begun")
 	byKind := map[string][]faultRecord{}
 	for _, f := range r.Faults {
 		if f.Err == "" {
@@ -193,8 +209,10 @@ func (r *report) write(w io.Writer) {
 		fs := byKind[k]
 		var rec []time.Duration
 		var outage, fresh time.Duration
-		unrec := 0
+		unrec, attempted, failed := 0, 0, 0
 		for _, f := range fs {
+			attempted += f.Attempted
+			failed += f.Failed
 			outage = max(outage, f.End.Sub(f.Start))
 			fresh = max(fresh, f.Fresh)
 			if f.Unrecovered {
@@ -208,7 +226,8 @@ func (r *report) write(w io.Writer) {
 		if len(rec) > 0 {
 			p50, worst = secs(rec[len(rec)/2]), secs(rec[len(rec)-1])
 		}
-		fmt.Fprintf(w, "%-28s %5d %10s %10s %10s %10s %8d\n", k, len(fs), secs(outage), secs(fresh), p50, worst, unrec)
+		fmt.Fprintf(w, "%-28s %5d %10s %10s %10s %10s %8d %16s\n", k, len(fs), secs(outage), secs(fresh), p50, worst, unrec,
+			fmt.Sprintf("%d/%d", failed, attempted))
 	}
 	for _, f := range r.Faults {
 		if f.Err != "" {
@@ -217,6 +236,9 @@ func (r *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\ncheck-backs answered: %d committed, %d rolled back, %d unknown; sweeper: %d republished (%d events stored only by it), %d dropped\n",
 		r.CheckBacks["committed"], r.CheckBacks["rolled_back"], r.CheckBacks["unknown"], r.SweptCommitted, v.SweeperOnly, r.SweptRolledBack)
+	if r.Reconciled > 0 {
+		fmt.Fprintf(w, "reconcilers: %d lost events published again (each reconciling process counts its own)\n", r.Reconciled)
+	}
 	fmt.Fprintf(w, "process restarts: %d; broker extra copies (dropped by the inbox): %d; tx-mode handler order inversions (concurrent consumer, informational): %d\n",
 		r.Restarts, v.BrokerCopies, v.ConsumerOrderInversions)
 	if v.KeysMovedBroker > 0 {

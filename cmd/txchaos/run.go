@@ -26,6 +26,9 @@ const (
 	logCheckCommitted  = lineCheckBack + " committed"
 	logCheckRolledBack = lineCheckBack + " rolled_back"
 	logCheckUnknown    = lineCheckBack + " unknown"
+	// logReconciled: a reconciler (HA form) published a committed event
+	// the brokers had lost again; every process that runs one logs its own.
+	logReconciled = "committed event missing from the brokers; publishing it again"
 )
 
 // runner is one chaos run.
@@ -110,7 +113,7 @@ func (r *runner) enabledKinds() []string {
 	}
 	var out []string
 	for _, k := range kinds {
-		if infraKinds[k] && !r.cfg.Infra {
+		if infraKinds[k] && !r.cfg.Infra || haKinds[k] && r.cfg.HA == "" {
 			continue
 		}
 		out = append(out, k)
@@ -179,6 +182,7 @@ func (r *runner) execute(ctx context.Context) (*report, error) {
 		return nil, err
 	}
 	v := evaluate(snap)
+	r.countFailed()
 	counts, races := r.sup.snapshotCounts()
 	rep := &report{
 		RunID: r.runID, Seed: r.cfg.Seed, Dir: r.dir,
@@ -190,7 +194,8 @@ func (r *runner) execute(ctx context.Context) (*report, error) {
 			"unknown":     counts[logCheckUnknown],
 		},
 		SweptCommitted: counts[logSweptCommitted], SweptRolledBack: counts[logSweptRolledBack],
-		DataRaces: races, Elapsed: time.Since(r.t0),
+		Reconciled: counts[logReconciled],
+		DataRaces:  races, Elapsed: time.Since(r.t0),
 	}
 	for _, p := range r.sup.procs {
 		rep.Restarts += p.deaths
@@ -200,7 +205,7 @@ func (r *runner) execute(ctx context.Context) (*report, error) {
 
 func (r *runner) startProcs(ctx context.Context) {
 	r.sup = newSupervisor(r.cfg.Exe, r.cfg.ExeEnv, filepath.Join(r.dir, "logs"),
-		logSweptCommitted, logSweptRolledBack, logCheckCommitted, logCheckRolledBack, logCheckUnknown)
+		logSweptCommitted, logSweptRolledBack, logCheckCommitted, logCheckRolledBack, logCheckUnknown, logReconciled)
 	base := childSpec{
 		DSN: r.dsn, NameServer: r.cfg.NameServer, Topics: r.topics,
 		TxGroup:       r.txGroup(),
@@ -211,6 +216,7 @@ func (r *runner) startProcs(ctx context.Context) {
 		StableName:    r.cfg.RelayNames == relayNamesStable,
 		Workers:       r.cfg.Workers, Keys: r.cfg.Keys, Rate: r.cfg.Rate, RollbackRatio: r.cfg.RollbackRatio,
 		DelayTopic: r.delayTopic,
+		Reconcile:  r.cfg.HA != "",
 	}
 	if !r.cfg.NoSweeper {
 		// The forwarder of delayed transactional events runs in the
@@ -316,5 +322,35 @@ func (r *runner) logFault(rec faultRecord) {
 	default:
 		r.logf("fault %d %s: %s%s; recovered in %.1fs (fresh work in both modes after %.1fs, %s last; earlier work all handled after %.1fs)",
 			rec.N, rec.Kind, rec.Detail, outage, rec.Recovery.Seconds(), rec.Fresh.Seconds(), rec.SlowestMode, rec.CaughtUp.Seconds())
+	}
+}
+
+// countFailed fills in each fault's Attempted and Failed from the attempt
+// records: the transactions begun from its start until it recovered (or
+// the recovery timeout ran out).
+func (r *runner) countFailed() {
+	atts, err := readAttempts(r.attemptDir)
+	if err != nil {
+		r.logf("cannot read the attempt records for the availability figures: %v", err)
+		return
+	}
+	for i := range r.faults {
+		f := &r.faults[i]
+		if f.Start.IsZero() || f.End.IsZero() {
+			continue
+		}
+		until := f.End.Add(f.Recovery)
+		if f.Unrecovered {
+			until = f.End.Add(r.cfg.RecoveryTimeout)
+		}
+		for _, a := range atts {
+			if a.Began.Before(f.Start) || a.Began.After(until) {
+				continue
+			}
+			f.Attempted++
+			if a.failed() {
+				f.Failed++
+			}
+		}
 	}
 }

@@ -237,10 +237,10 @@ func (in *Instance) writeConfigs(c component) error {
 			"storePathRootDir="+c.storeDir(),
 			"storePathCommitLog="+filepath.Join(c.storeDir(), "commitlog"))
 		if c.role != "" {
-			id, role := c.effectiveRole()
+			id, role := in.roleOf(c)
 			form := "# --- the HA form: " + string(in.cfg.HA) + " replication ---"
-			if c.promoted() {
-				form = "# --- the HA form: a slave promoted to its group's master (rmq promote; rebuild undoes it) ---"
+			if in.swapped(c.brokerName) {
+				form += "\n# --- roles swapped by rmq promote (rebuild undoes it) ---"
 			}
 			lines = append(lines, "",
 				form,

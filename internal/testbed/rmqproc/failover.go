@@ -9,78 +9,115 @@ import (
 	"syscall"
 )
 
-// promotedRole is the role of a slave that [Instance.Promote] made its
-// group's master. Its group has no slave left, so a synchronous master
-// would fail every send: a promoted slave replicates to no one.
-const promotedRole = "ASYNC_MASTER"
+// In the HA form a group's two brokers may swap roles: [Instance.Promote]
+// makes the slave the master (a failover). A marker file in the
+// instance's directory, swapped-<brokerName>, records it, so that every
+// later start of either broker writes its configuration in its current
+// role; Wipe of the whole form and [Instance.Rebuild] delete it.
 
-// promotedFile marks a slave of the HA form that Promote made its group's
-// master; the configuration written at its next start says so. Wipe and
-// Rebuild delete it.
-func (c component) promotedFile() string { return filepath.Join(c.dir, "promoted") }
+func (in *Instance) swappedFile(brokerName string) string {
+	return filepath.Join(in.dir, "swapped-"+brokerName)
+}
 
-func (c component) promoted() bool {
-	if c.role != "SLAVE" {
+func (in *Instance) swapped(brokerName string) bool {
+	if in.cfg.HA == "" {
 		return false
 	}
-	_, err := os.Stat(c.promotedFile())
+	_, err := os.Stat(in.swappedFile(brokerName))
 	return err == nil
 }
 
-// effectiveRole returns the brokerId and brokerRole c starts with.
-func (c component) effectiveRole() (int, string) {
-	if c.promoted() {
-		return 0, promotedRole
+// roleOf returns the brokerId and brokerRole c starts with: its own, or
+// in a swapped group the other broker's.
+func (in *Instance) roleOf(c component) (int, string) {
+	if c.role == "" || !in.swapped(c.brokerName) {
+		return c.brokerID, c.role
 	}
-	return c.brokerID, c.role
+	if c.role == "SLAVE" {
+		return 0, in.masterRole()
+	}
+	return 1, "SLAVE"
 }
 
-// group returns the master of the HA form named master and its slave.
-func (in *Instance) group(master string) (m, s component, err error) {
+// masterRole is the brokerRole of the HA form's masters.
+func (in *Instance) masterRole() string {
+	if in.cfg.HA == ReplicationSync {
+		return "SYNC_MASTER"
+	}
+	return "ASYNC_MASTER"
+}
+
+func isSlave(role string) bool { return role == "SLAVE" }
+
+// group returns the broker that is the master of the HA form's group
+// named brokerName now, and the one that is its slave.
+func (in *Instance) group(brokerName string) (master, slave component, err error) {
 	if in.cfg.HA == "" {
-		return m, s, errors.New("promote and rebuild are for the HA form (-ha)")
+		return master, slave, errors.New("promote and rebuild are for the HA form (-ha)")
 	}
 	var found int
 	for _, b := range in.brokers {
-		switch {
-		case b.name == master && b.role != "SLAVE":
-			m = b
-			found++
-		case b.brokerName == master && b.role == "SLAVE":
-			s = b
-			found++
+		if b.brokerName != brokerName {
+			continue
+		}
+		found++
+		if _, role := in.roleOf(b); isSlave(role) {
+			slave = b
+		} else {
+			master = b
 		}
 	}
 	if found != 2 {
-		return m, s, fmt.Errorf("no master named %q in the HA form (masters: %s)", master, in.brokerSummary())
+		return master, slave, fmt.Errorf("no group named %q in the HA form (brokers: %s)", brokerName, in.brokerSummary())
 	}
-	return m, s, nil
+	return master, slave, nil
+}
+
+// MasterOf and SlaveOf return the name of the broker that is the master
+// (the slave) of the group brokerName now: broker-a and broker-a-s, or the
+// other way round after a Promote.
+func (in *Instance) MasterOf(brokerName string) string {
+	m, _, _ := in.group(brokerName)
+	return m.name
+}
+
+// SlaveOf: see [Instance.MasterOf].
+func (in *Instance) SlaveOf(brokerName string) string {
+	_, s, _ := in.group(brokerName)
+	return s.name
+}
+
+// SlaveAddr returns the address of the slave of the group brokerName now.
+func (in *Instance) SlaveAddr(brokerName string) string {
+	_, s, _ := in.group(brokerName)
+	return s.addr()
 }
 
 // Masters returns the masters the name server should route to: the
-// configured brokers, except that in the HA form a group whose slave was
-// promoted has its master at the slave's address. Nil for the single
+// configured brokers, except that in the HA form a group whose roles
+// were swapped has its master at the other address. Nil for the single
 // broker.
 func (in *Instance) Masters() []Broker { return in.brokerList() }
 
-// Promoted reports whether master's slave was promoted in its place.
-func (in *Instance) Promoted(master string) bool {
-	_, s, err := in.group(master)
-	return err == nil && s.promoted()
-}
+// Promoted reports whether the group brokerName's roles are swapped: its
+// configured slave is its master.
+func (in *Instance) Promoted(brokerName string) bool { return in.swapped(brokerName) }
 
 // Promote is the failover an operator makes by hand when the disk of a
-// master of the HA form is lost: master is SIGKILLed if it runs and its
-// store is deleted; its slave is SIGKILLed too (a paused one included)
-// and started again as the group's master (brokerId 0, brokerRole
-// ASYNC_MASTER) on its own port and store. The group then holds what the
-// slave had received and nothing more: under asynchronous replication the
-// messages the master had acknowledged but not yet sent to its slave (all
-// of them while the slave was paused) are gone. Promote waits until the
-// name server routes a message to the promoted slave. The group stays so,
-// across stops and starts, until [Instance.Rebuild] or Wipe.
-func (in *Instance) Promote(ctx context.Context, master string) error {
-	m, s, err := in.group(master)
+// master of the HA form is lost: the group brokerName's master is
+// SIGKILLed if it runs and its store is deleted; its slave is SIGKILLed
+// too (a paused one included) and started again as the group's master
+// (brokerId 0, the form's master role) on its own port and store. The
+// group then holds what the slave had received and nothing more: under
+// asynchronous replication the messages the master had acknowledged but
+// not yet sent to its slave (all of them while the slave was paused) are
+// gone. Promote waits until the name server routes a message to the new
+// master. The old master stays down; a later Start starts it as the new
+// master's slave, from an empty store (a replacement machine), and a
+// second Promote swaps the roles back. Rebuild (or Wipe of the whole form)
+// puts the group back as it was configured, empty.
+func (in *Instance) Promote(ctx context.Context, brokerName string) error {
+	m, s, err := in.group(brokerName)
 	if err != nil {
 		return err
 	}
@@ -99,19 +136,24 @@ func (in *Instance) Promote(ctx context.Context, master string) error {
 	if err := in.Wipe(m.name); err != nil {
 		return err
 	}
-	if err := os.WriteFile(s.promotedFile(), []byte(promotedRole+"\n"), 0o644); err != nil {
+	if in.swapped(brokerName) {
+		err = os.Remove(in.swappedFile(brokerName))
+	} else {
+		err = os.WriteFile(in.swappedFile(brokerName), []byte(s.name+" is the master of "+brokerName+"\n"), 0o644)
+	}
+	if err != nil {
 		return err
 	}
-	in.logf("%s's store deleted (a lost disk); starting %s as the master of %s", m.name, s.name, master)
+	in.logf("%s's store deleted (a lost disk); starting %s as the master of %s", m.name, s.name, brokerName)
 	return in.Start(ctx, s.name)
 }
 
-// Rebuild undoes [Instance.Promote]: it stops master's group, deletes both
-// stores and starts the master and its slave afresh, in their own roles.
-// Everything the group stored is gone; topics are created again by
-// whoever needs them.
-func (in *Instance) Rebuild(ctx context.Context, master string) error {
-	m, s, err := in.group(master)
+// Rebuild undoes [Instance.Promote]: it stops the group brokerName,
+// deletes both stores and starts its master and slave afresh, in their
+// configured roles. Everything the group stored is gone; topics are
+// created again by whoever needs them.
+func (in *Instance) Rebuild(ctx context.Context, brokerName string) error {
+	m, s, err := in.group(brokerName)
 	if err != nil {
 		return err
 	}
@@ -122,13 +164,16 @@ func (in *Instance) Rebuild(ctx context.Context, master string) error {
 			}
 		}
 	}
-	if err := in.Wipe(m.name); err != nil {
+	for _, c := range []component{m, s} {
+		if err := in.Wipe(c.name); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(in.swappedFile(brokerName)); err != nil {
 		return err
 	}
-	if err := in.Wipe(s.name); err != nil {
-		return err
-	}
-	in.logf("rebuilding %s: %s and %s from empty stores", master, m.name, s.name)
+	m, s, _ = in.group(brokerName)
+	in.logf("rebuilding %s: %s and %s from empty stores", brokerName, m.name, s.name)
 	if err := in.Start(ctx, m.name); err != nil {
 		return err
 	}

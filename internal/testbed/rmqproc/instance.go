@@ -128,8 +128,7 @@ func (in *Instance) brokerList() []Broker {
 	// address.
 	var out []Broker
 	for _, b := range in.brokers {
-		_, role := b.effectiveRole()
-		if role != "SLAVE" && !(b.role != "SLAVE" && in.Promoted(b.name)) {
+		if _, role := in.roleOf(b); !isSlave(role) {
 			out = append(out, Broker{Name: b.brokerName, Addr: b.addr()})
 		}
 	}
@@ -226,21 +225,6 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 			in.dir, strings.TrimSpace(string(prev)), in.cfg.NameServer)
 	}
 
-	if in.cfg.HA != "" {
-		var keep []component
-		for _, b := range targets {
-			if b.role != "SLAVE" && in.Promoted(b.name) {
-				if broker != "" {
-					return fmt.Errorf("%s's slave was promoted in its place (promote): rebuild the group first (rebuild %s)", b.name, b.name)
-				}
-				in.logf("%s: not started, its slave was promoted in its place (rebuild %s undoes it)", b.name, b.name)
-				continue
-			}
-			keep = append(keep, b)
-		}
-		targets = keep
-	}
-
 	var started, external []component
 	if nsOK {
 		in.logf("namesrv already running (pid %d)", nsPid)
@@ -317,7 +301,7 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 		return fmt.Errorf("%w; logs: %s", err, in.logsHint())
 	}
 	for _, c := range started {
-		if _, role := c.effectiveRole(); role == "SLAVE" {
+		if _, role := in.roleOf(c); isSlave(role) {
 			// A slave takes no sends: ready is its port open and a
 			// replication connection on its master's HA port (it learns
 			// the address from the name server at its next
@@ -585,10 +569,14 @@ func (in *Instance) Wipe(broker string) error {
 		if err := os.RemoveAll(b.logDir()); err != nil {
 			return err
 		}
-		if err := os.RemoveAll(b.promotedFile()); err != nil {
-			return err
-		}
 		in.logf("deleted %s and %s", b.storeDir(), b.logDir())
+	}
+	if broker == "" {
+		for _, b := range in.cfg.Brokers {
+			if err := os.RemoveAll(in.swappedFile(b.Name)); err != nil {
+				return err
+			}
+		}
 	}
 	if broker == "" && in.cfg.Cluster {
 		return os.RemoveAll(in.ns.logDir())
@@ -607,7 +595,11 @@ func deadlineOf(ctx context.Context) time.Time {
 // waitReplicating waits until a connection to the HA port of slave's
 // master is established, failing early when the slave's JVM exits.
 func (in *Instance) waitReplicating(ctx context.Context, slave component) error {
-	haPort := slave.port - SlavePortOffset + 1
+	master, _, err := in.group(slave.brokerName)
+	if err != nil {
+		return err
+	}
+	haPort := master.port + 1
 	for {
 		if haConnected(haPort) {
 			in.logf("%s replicates from its master (HA port %d)", slave.name, haPort)
