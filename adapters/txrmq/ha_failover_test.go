@@ -173,3 +173,97 @@ func TestHAFailoverLosesTheUnreplicatedTailAndTheReconcilerTakesItBack(t *testin
 	require.Equal(t, len(lost), res.Republished)
 	checkOutcome(t, bare, h, asLoad(before["bare"], tail["bare"]), time.Minute)
 }
+
+// After a failover that lost a tail, the promoted master writes new
+// messages at the queue offsets the lost ones had, and a consumer that had
+// read the lost tail from the old master holds offsets past the new
+// master's end. Here the topic lives on broker-a alone; the consumer reads
+// the tail while broker-a-s is paused; its name server stops learning (it
+// answers as it did before, with broker-a-s at an address where nothing
+// listens), broker-a's disk is lost, broker-a-s promoted and broker-a
+// started again as its slave (a replacement machine at the old address,
+// which the consumer's stale routes still give as the master), and 60
+// more events commit; then the consumer's name server catches up. Every
+// event written where the tail was is handled: the client's pull offsets
+// went back to the new end before new messages filled the gap (its stored
+// offsets stayed ahead until it passed them; they only grow).
+func TestHAConsumerReadsWhatIsWrittenWhereALostTailWas(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	if ha.Replication != "async" {
+		t.Skipf("needs asynchronous replication (make test-ha runs it on the async form); this form replicates %s", ha.Replication)
+	}
+	master := ha.Masters[0]
+	slave := ha.Slave(master.Name)
+	t.Cleanup(func() { ha.Restore(t) }) // after the consumers' cleanups
+
+	e := newTxEnv(t)
+	// A topic of broker-a's group alone: every event goes there.
+	e.topic = testbed.Name(t, "a_only")
+	slaveAddr := ha.Procs.SlaveAddr(master.Name)
+	require.NoError(t, testbed.CreateTopicOn(context.Background(), testbed.NameServer(), []string{master.Addr}, e.topic, 4))
+	require.NoError(t, testbed.CreateTopicOn(context.Background(), testbed.NameServer(), []string{slaveAddr}, e.topic, 4))
+	tr := e.start(t, e.db, e.chk, nil)
+	ns := newRewritingNameServerFor(t, slaveAddr)
+	h := startHAInboxOn(t, e, ns.ln.Addr().String())
+	h.open()
+	handled := func(ids []string) int {
+		eff := h.effects(t)
+		n := 0
+		for _, id := range ids {
+			if eff[id] > 0 {
+				n++
+			}
+		}
+		return n
+	}
+
+	before := commitN(t, e, tr, 20, "before")
+	require.Eventually(t, func() bool { return handled(before) == len(before) }, time.Minute, 200*time.Millisecond)
+	ha.Pause(t, slave)
+	tail := commitN(t, e, tr, 40, "tail")
+	// The consumer reads the tail from broker-a, past where broker-a-s
+	// stopped copying.
+	require.Eventually(t, func() bool { return handled(tail) == len(tail) }, time.Minute, 200*time.Millisecond)
+	time.Sleep(time.Second)
+	ns.frozen.Store(true)
+	// Nor can the consumer reach broker-a-s: it cannot correct its
+	// offsets on the new master while its queues are still shorter.
+	ns.addr.Store("127.0.0.1:1")
+	ha.Promote(t, master.Name)
+	// broker-a's machine is replaced: it comes back as the new master's
+	// slave, at the address the consumer's stale routes give broker-a's
+	// master, and copies the new master's queues.
+	ha.Start(t, master.Name)
+	require.NoError(t, testbed.CreateTopicOn(context.Background(), testbed.NameServer(), []string{master.Addr}, e.topic, 4))
+
+	// The producer learns the new master's address at its next route
+	// refresh; until then sends to broker-a fail (nothing is written).
+	var after []string
+	failed, firstOK := 0, time.Time{}
+	promoted := time.Now()
+	for i := 0; len(after) < 60; i++ {
+		require.Less(t, time.Since(promoted), 2*time.Minute, "no transaction commits after the failover")
+		id := fmt.Sprintf("after-%d-%s", i, testbed.Suffix())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := tr.Transact(ctx, &txmsg.Message{ID: id, Topic: e.topic, Body: []byte(id)}, haOrder(id))
+		cancel()
+		if err != nil {
+			failed++
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if firstOK.IsZero() {
+			firstOK = time.Now()
+		}
+		after = append(after, id)
+	}
+	t.Logf("after the failover: %d transactions failed before the first commit, %s after it", failed, firstOK.Sub(promoted).Round(100*time.Millisecond))
+	ns.frozen.Store(false)
+	ns.addr.Store(slaveAddr)
+	deadline := time.Now().Add(90 * time.Second)
+	for handled(after) < len(after) && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%d of the %d events committed after the failover handled", handled(after), len(after))
+	checkOutcome(t, e, h, asLoad(before, tail, after), 5*time.Second)
+}

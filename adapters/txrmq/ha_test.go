@@ -100,6 +100,13 @@ func startHASweeper(t *testing.T, e *txEnv) *logRecorder {
 // handler is held most of the topic stays on the brokers.
 func startHAInbox(t *testing.T, e *txEnv) *haInbox {
 	t.Helper()
+	return startHAInboxOn(t, e, testbed.NameServer())
+}
+
+// startHAInboxOn is startHAInbox with the consumer on the name server at
+// nameServer.
+func startHAInboxOn(t *testing.T, e *txEnv, nameServer string) *haInbox {
+	t.Helper()
 	h := &haInbox{db: e.db, gate: make(chan struct{}), at: map[string]time.Time{}}
 	t.Cleanup(h.open)
 	require.NoError(t, e.db.AutoMigrate(&haEffect{}))
@@ -123,7 +130,7 @@ func startHAInbox(t *testing.T, e *txEnv) *haInbox {
 		return nil
 	})
 	c, err := NewConsumer(inbox, []txmsg.Route{route}, ConsumerConfig{
-		Conn: Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "inbox"),
+		Conn: Conn{NameServers: []string{nameServer}}, Group: testbed.Name(t, "inbox"),
 		RetryDelayLevel: 1, Concurrency: 4, BufferMessages: 8,
 	})
 	require.NoError(t, err)

@@ -369,14 +369,26 @@ type rewritingNameServer struct {
 	real string
 	from string
 	addr atomic.Value // string: the master's address to announce
+	// frozen: answer each request with the last answer to the same
+	// request code and topic, as a name server that no longer learns
+	// anything would.
+	frozen atomic.Bool
+	last   sync.Map // "code topic" → *rmqwire.Answer
 }
 
 func newRewritingNameServer(t *testing.T) *rewritingNameServer {
 	t.Helper()
+	return newRewritingNameServerFor(t, testbed.Broker())
+}
+
+// newRewritingNameServerFor is a rewritingNameServer that replaces the
+// broker address from (announced as is until addr is set).
+func newRewritingNameServerFor(t *testing.T, from string) *rewritingNameServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	ns := &rewritingNameServer{ln: ln, real: testbed.NameServer(), from: testbed.Broker()}
-	ns.addr.Store(testbed.Broker())
+	ns := &rewritingNameServer{ln: ln, real: testbed.NameServer(), from: from}
+	ns.addr.Store(from)
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
@@ -411,11 +423,19 @@ func (ns *rewritingNameServer) serve(c net.Conn) {
 		if err := json.Unmarshal(rest[:hlen], &req); err != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		a, err := rmqwire.Invoke(ctx, ns.real, false, req.Code, req.ExtFields)
-		cancel()
-		if err != nil {
-			return
+		key := fmt.Sprintf("%d %s", req.Code, req.ExtFields["topic"])
+		var a *rmqwire.Answer
+		if v, ok := ns.last.Load(key); ok && ns.frozen.Load() {
+			a = v.(*rmqwire.Answer)
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			var err error
+			a, err = rmqwire.Invoke(ctx, ns.real, false, req.Code, req.ExtFields)
+			cancel()
+			if err != nil {
+				return
+			}
+			ns.last.Store(key, a)
 		}
 		body := bytes.ReplaceAll(a.Body, []byte(ns.from), []byte(ns.addr.Load().(string)))
 		h, _ := json.Marshal(map[string]any{"code": a.Code, "language": "JAVA", "version": 0, "opaque": req.Opaque, "flag": 1, "remark": a.Remark, "extFields": a.Ext})
