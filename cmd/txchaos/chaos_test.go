@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -345,6 +346,37 @@ func TestKeyMovedBetweenBrokersIsCountedApart(t *testing.T) {
 	require.Equal(t, 1, v.HandlerInversions, "key s only", v.Examples)
 	require.Zero(t, v.OrderViolations, v.Examples)
 	require.Equal(t, 1, v.violations(), v.Examples)
+}
+
+// TestReconciledEventIsCountedApart: an ordered event that a failover
+// lost and a reconciler published again is stored and handled after its
+// key's later events; it is left out of the I5 checks and counted, while
+// the same order without the reconciler's record is a violation.
+func TestReconciledEventIsCountedApart(t *testing.T) {
+	t.Parallel()
+	build := func(reconciled map[string]bool) *snapshot {
+		s := &snapshot{
+			Attempts: map[string]*attempt{}, Orders: map[string]orderRow{}, Barrier: map[string]string{},
+			Outbox: map[string]outbox.Status{}, Stored: map[string][]storedMsg{}, StoredComplete: true,
+			Reconciled: reconciled,
+		}
+		for _, seq := range []int{1, 3, 2} { // seq 2 stored again, after 3
+			id := fmt.Sprintf("k%d", seq)
+			s.Attempts[id] = &attempt{ID: id, Mode: modeOutbox, Key: "k", Seq: seq, Outcome: outcomeCommitted}
+			s.Orders[id] = orderRow{ID: id, Mode: modeOutbox, ShardKey: "k", Seq: seq}
+			s.Outbox[id] = outbox.StatusSent
+			s.Stored[modeOutbox] = append(s.Stored[modeOutbox], storedMsg{ID: id, Key: "k", Seq: seq, Broker: "broker-a",
+				Offset: int64(len(s.Stored[modeOutbox]))})
+			s.Effects = append(s.Effects, effectRow{MsgID: id, Mode: modeOutbox, ShardKey: "k", Seq: seq})
+		}
+		return s
+	}
+	v := evaluate(build(map[string]bool{"k2": true}))
+	require.Zero(t, v.violations(), v.Examples)
+	require.Equal(t, 1, v.ReconciledOrdered)
+	v = evaluate(build(nil))
+	require.Equal(t, 1, v.OrderViolations, v.Examples)
+	require.Equal(t, 1, v.HandlerInversions, v.Examples)
 }
 
 // TestDBOutageOutlastsConsumerRetries: the db-long-outage fault keeps the

@@ -33,6 +33,11 @@ type snapshot struct {
 	// LateBound is how long after its due time a delayed event may be
 	// handled first (D2); zero leaves D2 unchecked.
 	LateBound time.Duration
+	// Reconciled are the txmsg IDs a reconciler published again after a
+	// failover lost them (HA form). Such an event is stored and handled
+	// after its key's later events that the broker kept: the documented
+	// exception to I5, counted apart.
+	Reconciled map[string]bool
 }
 
 // verdict holds the invariant checks' counts and a few examples of each
@@ -63,6 +68,7 @@ type verdict struct {
 	// Informational, not violations.
 	BrokerCopies            int `json:"broker_extra_copies"`       // second copies stored (consumers drop them)
 	KeysMovedBroker         int `json:"keys_moved_broker"`         // ordered keys stored on more than one broker (cluster fail-over; informational)
+	ReconciledOrdered       int `json:"reconciled_ordered"`        // ordered events a reconciler published again, left out of the I5 checks (informational)
 	MovedKeyInversions      int `json:"moved_key_inversions"`      // handler inversions of those keys: an event stored on a broker that then died is handled when it returns (informational)
 	SweeperOnly             int `json:"sweeper_only"`              // committed events only the sweeper's republish stored
 	ConsumerOrderInversions int `json:"consumer_order_inversions"` // tx mode: its consumer is concurrent, handling order is not promised
@@ -301,7 +307,15 @@ func evaluate(s *snapshot) *verdict {
 	// I5: in stored order, the first copy of each key's events comes in
 	// sequence order, all on one queue.
 	moved := map[string]bool{}
-	v.OrderViolations = checkStoredOrder(s.Stored[modeOutbox], v, moved)
+	var ordered []storedMsg
+	for _, m := range s.Stored[modeOutbox] {
+		if s.Reconciled[m.ID] {
+			v.ReconciledOrdered++
+			continue
+		}
+		ordered = append(ordered, m)
+	}
+	v.OrderViolations = checkStoredOrder(ordered, v, moved)
 	// A key stored on two brokers was re-hashed while its broker was down:
 	// an event that broker stored just before it died is handled only when
 	// it returns, after the key's later events on the other broker.
@@ -309,6 +323,9 @@ func evaluate(s *snapshot) *verdict {
 	// are counted apart.
 	var kept, movedEffects []effectRow
 	for _, e := range s.Effects {
+		if s.Reconciled[e.MsgID] {
+			continue
+		}
 		if e.Mode == modeOutbox && moved[e.ShardKey] {
 			movedEffects = append(movedEffects, e)
 		} else {

@@ -181,6 +181,7 @@ func (r *runner) execute(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	snap.Reconciled = r.sup.reconciledIDs()
 	v := evaluate(snap)
 	r.countFailed()
 	counts, races := r.sup.snapshotCounts()

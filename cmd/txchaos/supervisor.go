@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,10 +31,13 @@ type supervisor struct {
 	counted []string
 	counts  map[string]int
 	races   int
+	// reconciled holds the txmsg IDs a reconciler published again
+	// (lines with logReconciled).
+	reconciled map[string]bool
 }
 
 func newSupervisor(exe string, env []string, logDir string, counted ...string) *supervisor {
-	return &supervisor{exe: exe, env: env, logDir: logDir, counted: counted, counts: map[string]int{}}
+	return &supervisor{exe: exe, env: env, logDir: logDir, counted: counted, counts: map[string]int{}, reconciled: map[string]bool{}}
 }
 
 // proc is one supervised child and its incarnations.
@@ -193,6 +197,25 @@ func (s *supervisor) count(line string) {
 			s.counts[sub]++
 		}
 	}
+	if strings.Contains(line, logReconciled) {
+		if m := txmsgIDField.FindStringSubmatch(line); m != nil {
+			s.reconciled[m[1]] = true
+		}
+	}
+}
+
+// txmsgIDField finds the txmsg_id attribute of a child's JSON log line.
+var txmsgIDField = regexp.MustCompile(`"txmsg_id":"([^"]+)"`)
+
+// reconciledIDs returns the txmsg IDs a reconciler published again.
+func (s *supervisor) reconciledIDs() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]bool, len(s.reconciled))
+	for id := range s.reconciled {
+		out[id] = true
+	}
+	return out
 }
 
 // snapshotCounts returns the substring counts and data races seen so far.
