@@ -112,8 +112,10 @@ func (in *Instance) Promoted(brokerName string) bool { return in.swapped(brokerN
 // asynchronous replication the messages the master had acknowledged but
 // not yet sent to its slave (all of them while the slave was paused) are
 // gone. Promote waits until the name server routes a message to the new
-// master. The old master stays down; a later Start starts it as the new
-// master's slave, from an empty store (a replacement machine), and a
+// master. Under asynchronous replication the old master stays down; a
+// later Start starts it as the new master's slave, from an empty store (a
+// replacement machine). Under synchronous replication, whose master takes
+// no send without a slave, Promote starts that replacement itself. A
 // second Promote swaps the roles back. Rebuild (or Wipe of the whole form)
 // puts the group back as it was configured, empty.
 func (in *Instance) Promote(ctx context.Context, brokerName string) error {
@@ -145,6 +147,12 @@ func (in *Instance) Promote(ctx context.Context, brokerName string) error {
 		return err
 	}
 	in.logf("%s's store deleted (a lost disk); starting %s as the master of %s", m.name, s.name, brokerName)
+	if in.cfg.HA == ReplicationSync {
+		// A synchronous master takes no send until a slave copies it
+		// (inSyncReplicas=2): the replacement starts with it.
+		in.logf("synchronous replication: %s starts again at once, as the slave of %s", m.name, s.name)
+		return in.Start(ctx, "")
+	}
 	return in.Start(ctx, s.name)
 }
 
