@@ -409,3 +409,23 @@ func TestBrokerOutageOutlastsRelayRetries(t *testing.T) {
 	r.cfg.Infra = true
 	require.Contains(t, r.enabledKinds(), kindBrokerOutage)
 }
+
+// TestHAKindsOnlyOnTheHAForm: the HA form's fault kinds run only with -ha
+// (and so with the infrastructure faults), and -ha refuses to run without
+// those.
+func TestHAKindsOnlyOnTheHAForm(t *testing.T) {
+	r := &runner{cfg: config{Infra: true}}
+	for _, k := range haKindList {
+		require.Contains(t, allKinds, k)
+		require.True(t, infraKinds[k])
+		require.NotContains(t, r.enabledKinds(), k, "never without -ha")
+	}
+	r.cfg.HA = "async"
+	for _, k := range haKindList {
+		require.Contains(t, r.enabledKinds(), k)
+	}
+	var stderr bytes.Buffer
+	_, err := parseFlags([]string{"-ha", "-infra=false"}, &stderr)
+	require.Error(t, err)
+	require.Contains(t, stderr.String(), "-ha needs -infra")
+}

@@ -1,7 +1,9 @@
 package rmqproc
 
 import (
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -215,5 +217,64 @@ func TestHAForm(t *testing.T) {
 	}
 	if _, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs[:1], HA: "semi"}); err == nil || !strings.Contains(err.Error(), "async or sync") {
 		t.Fatalf("replication semi: err %v", err)
+	}
+}
+
+// After a Promote the group's roles are swapped until Rebuild or Wipe:
+// the slave's broker starts as the master (brokerId 0), the old master's
+// as its slave, and the name server is expected to route to the slave's
+// address. Only the marker file is written here; nothing starts.
+func TestSwappedGroupRoles(t *testing.T) {
+	t.Parallel()
+	// Ports of its own: Wipe refuses a broker port that something serves.
+	bs, err := ParseBrokers("broker-a=127.0.0.1:41911,broker-b=127.0.0.1:42911")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := newTest(t, Config{NameServer: "127.0.0.1:40876", Brokers: bs, HA: ReplicationAsync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := func() string {
+		var out []string
+		for _, b := range in.brokers {
+			id, role := in.roleOf(b)
+			out = append(out, fmt.Sprintf("%s=%d/%s", b.name, id, role))
+		}
+		return strings.Join(out, " ")
+	}
+	masters := func() string {
+		var out []string
+		for _, m := range in.Masters() {
+			out = append(out, m.Name+"@"+m.Addr)
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := roles(), "broker-a=0/ASYNC_MASTER broker-a-s=1/SLAVE broker-b=0/ASYNC_MASTER broker-b-s=1/SLAVE"; got != want {
+		t.Fatalf("roles %s, want %s", got, want)
+	}
+	if err := os.MkdirAll(in.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(in.swappedFile("broker-a"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := roles(), "broker-a=1/SLAVE broker-a-s=0/ASYNC_MASTER broker-b=0/ASYNC_MASTER broker-b-s=1/SLAVE"; got != want {
+		t.Fatalf("swapped roles %s, want %s", got, want)
+	}
+	if got, want := masters(), "broker-a@127.0.0.1:41921 broker-b@127.0.0.1:42911"; got != want {
+		t.Fatalf("masters %s, want %s", got, want)
+	}
+	if in.MasterOf("broker-a") != "broker-a-s" || in.SlaveOf("broker-a") != "broker-a" || in.SlaveAddr("broker-a") != "127.0.0.1:41911" {
+		t.Fatalf("group broker-a: master %s, slave %s at %s", in.MasterOf("broker-a"), in.SlaveOf("broker-a"), in.SlaveAddr("broker-a"))
+	}
+	if !in.Promoted("broker-a") || in.Promoted("broker-b") {
+		t.Fatal("Promoted disagrees with the marker")
+	}
+	if err := in.Wipe(""); err != nil {
+		t.Fatal(err)
+	}
+	if in.Promoted("broker-a") {
+		t.Fatal("Wipe of the whole form left the roles swapped")
 	}
 }
