@@ -146,7 +146,7 @@ test-stock:
 ## 21921, broker-b 22911 with broker-b-s 22921, name server 20876; the default-port broker is never touched) from
 ## the Maven Central jars, first with asynchronous replication (scripts/rocketmq.sh --ha), then with synchronous
 ## replication (--ha-sync: SYNC_MASTER, inSyncReplicas=2), each from an empty store and stopped after. The tests
-## SIGKILL masters and slaves under load. Without -race, like test-cluster. About 6 min. See docs/testing.md.
+## SIGKILL masters and slaves under load, and fail broker-a over after its slave fell behind (rmq -ha promote). Without -race, like test-cluster. About 8 min. See docs/testing.md.
 HA_ENV = TXMSG_HA_NAMESRV=127.0.0.1:20876 TXMSG_HA_BROKERS=broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911
 test-ha:
 	$(MYSQL_UP)

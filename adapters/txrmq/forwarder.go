@@ -183,6 +183,11 @@ type Forwarder struct {
 	pub  *Publisher
 	pc   rmq.PushConsumer
 	mode atomic.Value // DelayMode
+	// rc watches the delay topic's brokers once the consumer runs, as a
+	// Consumer's does; expired counts the queues it re-created at a
+	// broker's return.
+	rc      *reconnector
+	expired atomic.Int64
 
 	forwarded, chained atomic.Int64
 	counts             heartbeat.Counters
@@ -282,9 +287,24 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		_ = f.pub.Close(ctx)
 		return fmt.Errorf("rocketmq: start forwarder: %w", err)
 	}
-	f.started, f.consuming = true, true
+	f.started = true
+	f.startConsuming()
 	f.startBeat()
 	return nil
+}
+
+// startConsuming records that the started consumer runs and watches the
+// delay topic's brokers, as a Consumer does: after a broker restart or a
+// failover the forwarder pulls again within seconds, its queues re-created
+// from the offsets the broker holds, instead of on the client's 30 s
+// timers. f.mu is held.
+func (f *Forwarder) startConsuming() {
+	f.consuming = true
+	f.rc = watchConsumerBrokers(f.pc, f.log, []string{f.cfg.brokerTopic(f.cfg.Topic)})
+	if f.rc != nil {
+		f.rc.stuck = expireStuckPulls(f.pc, f.log, &f.expired)
+	}
+	f.rc.start()
 }
 
 // startBeat starts the heartbeat; f.mu is held.
@@ -337,7 +357,7 @@ func (f *Forwarder) startWhenRouted() {
 			if err := f.pc.Start(); err != nil {
 				f.log.Error("cannot start the forwarder's consumer", "err", err)
 			} else {
-				f.consuming = true
+				f.startConsuming()
 				f.log.Info("the delay topic exists; forwarder consuming")
 			}
 		}
@@ -363,6 +383,7 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	f.wg.Wait()
 	var err error
 	if f.consuming {
+		f.rc.close()
 		err = shutdownConsumer(f.pc, f.log)
 	}
 	return errors.Join(err, f.pub.Close(ctx))
