@@ -192,7 +192,7 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "faults over %s. Outage: fault start to end (process dead, service back). Fresh: from the end until\n", r.FaultTime.Round(time.Second))
 	fmt.Fprintf(w, "transactions begun after it are handled in both modes. Recovery: until, besides, every order committed\n")
 	fmt.Fprintf(w, "before the end is handled.\n")
-	fmt.Fprintf(w, "before the end is handled. Failed: of the transactions begun from the start to the recovery, those the\n")
+	fmt.Fprintf(w, "Failed: of the transactions begun from the start to the recovery, those the\n")
 	fmt.Fprintf(w, "client got no commit for (an error, or its producer died; rollbacks on purpose not counted).\n")
 	fmt.Fprintf(w, "%-28s %5s %10s %10s %10s %10s %8s %16s\n", "kind", "count", "outage max", "fresh max", "recov p50", "recov max", "unrecov", "failed/begun")
 	byKind := map[string][]faultRecord{}
