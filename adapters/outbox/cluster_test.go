@@ -1,16 +1,12 @@
 package outbox
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
-	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/txmsg"
 )
@@ -25,34 +21,8 @@ func TestClusterRelayAndConsumerKeepGoingWithABrokerDown(t *testing.T) {
 	e := brokerEnv(t)
 	start(t, e.relay(brokerPublisher(t), RelayConfig{}))
 
-	inbox, err := txmsg.NewInbox(e.db, txmsg.InboxConfig{})
-	require.NoError(t, err)
-	require.NoError(t, inbox.Migrate(context.Background()))
-	var mu sync.Mutex
-	handled := map[string]int{}
-	c, err := txrmq.NewConsumer(inbox, []txmsg.Route{txmsg.Handle(txmsg.Topic[[]byte]{Name: e.topic, Codec: rawCodec{}},
-		func(_ context.Context, _ *gorm.DB, d txmsg.Delivery[[]byte]) error {
-			mu.Lock()
-			defer mu.Unlock()
-			handled[d.Message.ID]++
-			return nil
-		})}, txrmq.ConsumerConfig{
-		Conn: txrmq.Conn{NameServers: []string{testbed.NameServer()}}, Group: testbed.Name(t, "cg"),
-		RetryDelayLevel: 1,
-	})
-	require.NoError(t, err)
-	require.NoError(t, c.Start(context.Background()))
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	count := func(ids []string) (n int) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range ids {
-			if handled[id] > 0 {
-				n++
-			}
-		}
-		return n
-	}
+	handled := startCounter(t, e)
+	count := handled.count
 
 	before := e.send(20, "before", withKeys)
 	require.Eventually(t, func() bool { return count(before) == len(before) }, time.Minute, 100*time.Millisecond)
@@ -67,10 +37,8 @@ func TestClusterRelayAndConsumerKeepGoingWithABrokerDown(t *testing.T) {
 	all := append(append(append([]string{}, before...), during...), after...)
 	require.Eventually(t, func() bool { return count(all) == len(all) }, time.Minute, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return e.stats().Pending == 0 }, waitFor, tick)
-	mu.Lock()
-	defer mu.Unlock()
 	for _, id := range all {
-		require.Equal(t, 1, handled[id], "%s handled %d times", id, handled[id])
+		require.Equal(t, 1, handled.times(id), "%s handled %d times", id, handled.times(id))
 	}
 }
 
