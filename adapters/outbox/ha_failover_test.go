@@ -11,6 +11,7 @@ import (
 
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -25,9 +26,7 @@ import (
 // Reconcile by hand afterwards finds missing and publishes again.
 func TestHAFailoverLosesTheUnreplicatedTailAndTheReconcilerTakesItBack(t *testing.T) {
 	ha := testbed.RequireHA(t)
-	if ha.Replication != "async" {
-		t.Skipf("needs asynchronous replication (make test-ha runs it on the async form); this form replicates %s", ha.Replication)
-	}
+	ha.RequireReplication(t, rmqproc.ReplicationAsync, "where a failover loses what the slave had not copied")
 	master := ha.Masters[0].Name
 	slave := ha.Slave(master)
 	t.Cleanup(func() { ha.Restore(t) }) // after the consumers' cleanups

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -76,9 +77,7 @@ func asLoad(ids ...[]string) *haLoad {
 // (txmsgctl reconcile) finds missing and publishes again.
 func TestHAFailoverLosesTheUnreplicatedTailAndTheReconcilerTakesItBack(t *testing.T) {
 	ha := testbed.RequireHA(t)
-	if ha.Replication != "async" {
-		t.Skipf("needs asynchronous replication (make test-ha runs it on the async form): under %s replication a send waits for the slave, so a paused slave fails sends instead (TestHASyncSlaveKill)", ha.Replication)
-	}
+	ha.RequireReplication(t, rmqproc.ReplicationAsync, "where a failover loses what the slave had not copied (under synchronous replication a paused slave fails sends instead: TestHASyncSlaveKill)")
 	master := ha.Masters[0].Name
 	slave := ha.Slave(master)
 	t.Cleanup(func() { ha.Restore(t) }) // after the consumers' cleanups
@@ -189,9 +188,7 @@ func TestHAFailoverLosesTheUnreplicatedTailAndTheReconcilerTakesItBack(t *testin
 // offsets stayed ahead until it passed them; they only grow).
 func TestHAConsumerReadsWhatIsWrittenWhereALostTailWas(t *testing.T) {
 	ha := testbed.RequireHA(t)
-	if ha.Replication != "async" {
-		t.Skipf("needs asynchronous replication (make test-ha runs it on the async form); this form replicates %s", ha.Replication)
-	}
+	ha.RequireReplication(t, rmqproc.ReplicationAsync, "where a failover loses a tail the consumer had read")
 	master := ha.Masters[0]
 	slave := ha.Slave(master.Name)
 	t.Cleanup(func() { ha.Restore(t) }) // after the consumers' cleanups

@@ -15,6 +15,7 @@ import (
 
 	"github.com/txmsg/txmsg/checker"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -394,9 +395,7 @@ func TestHAMasterKill(t *testing.T) {
 // back, every committed event is handled exactly once.
 func TestHASyncSlaveKill(t *testing.T) {
 	ha := testbed.RequireHA(t)
-	if ha.Replication != "sync" {
-		t.Skipf("needs synchronous replication (make test-ha runs it on the sync form); this form replicates %s", ha.Replication)
-	}
+	ha.RequireReplication(t, rmqproc.ReplicationSync, "where a send waits for the slave")
 	master := ha.Masters[0].Name
 	slave := ha.Slave(master)
 	e := newTxEnv(t)

@@ -31,6 +31,16 @@ type HA struct {
 	Procs *rmqproc.Instance
 }
 
+// RequireReplication skips t unless the HA form replicates as want (make
+// test-ha runs the tests on each form in turn); why says what the test
+// needs it for.
+func (h *HA) RequireReplication(t testing.TB, want rmqproc.Replication, why string) {
+	t.Helper()
+	if h.Replication != want {
+		t.Skipf("needs %s replication, %s (make test-ha runs it on that form); this form replicates %s", want, why, h.Replication)
+	}
+}
+
 // Slave returns the name of master's slave.
 func (h *HA) Slave(master string) string { return master + rmqproc.SlaveSuffix }
 
