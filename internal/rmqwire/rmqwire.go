@@ -1,7 +1,7 @@
 // Package rmqwire speaks RocketMQ's remoting protocol for one request at
 // a time, bounded by a context: the framing ([Invoke]), the name
 // server's two answers txmsg reads (a topic's route and the cluster's
-// brokers), and two broker reads of the reconciler's (messages by key,
+// brokers), a controller's view of a broker group ([ReplicaInfo]), and two broker reads of the reconciler's (messages by key,
 // [QueryByKey], which the dashboard uses too, and a broker's runtime
 // information, [RuntimeInfo]). The dashboard's other broker queries build
 // on Invoke. The client library's own calls take no context and
@@ -29,8 +29,11 @@ import (
 const (
 	codeGetRouteInfoByTopic  = 105
 	codeGetBrokerClusterInfo = 106
-	codeSuccess              = 0
-	codeTopicNotExist        = 17
+	// codeControllerGetReplicaInfo asks a controller (RocketMQ 5.x
+	// controller mode) for a broker group's master and in-sync set.
+	codeControllerGetReplicaInfo = 1004
+	codeSuccess                  = 0
+	codeTopicNotExist            = 17
 )
 
 // maxFrame bounds a response: a cluster description is a few KB, a query
@@ -243,6 +246,40 @@ func Cluster(ctx context.Context, addr string, useTLS bool) (*ClusterInfo, error
 		return nil, fmt.Errorf("cluster info: %w", err)
 	}
 	return &ci, nil
+}
+
+// Replicas is what a RocketMQ 5 controller holds about one broker group:
+// the master it elected and the group's in-sync set.
+type Replicas struct {
+	MasterAddr     string
+	MasterBrokerID int64
+	// MasterEpoch grows by one with every election.
+	MasterEpoch int
+	// SyncStateSet holds the controller's broker IDs of the brokers that
+	// have every message the master acknowledged (the master's own
+	// included): the ones the controller may elect.
+	SyncStateSet      []int64 `json:"syncStateSet"`
+	SyncStateSetEpoch int     `json:"syncStateSetEpoch"`
+}
+
+// ReplicaInfo asks the controller at addr (RocketMQ 5's controller mode)
+// for the broker group brokerName's master and in-sync set.
+func ReplicaInfo(ctx context.Context, addr string, useTLS bool, brokerName string) (*Replicas, error) {
+	a, err := Invoke(ctx, addr, useTLS, codeControllerGetReplicaInfo, map[string]string{"brokerName": brokerName})
+	if err != nil {
+		return nil, err
+	}
+	if a.Code != codeSuccess {
+		return nil, fmt.Errorf("replica info of %s: the controller answered code %d: %s", brokerName, a.Code, a.Remark)
+	}
+	var r Replicas
+	if err := decode(a.Body, &r); err != nil {
+		return nil, fmt.Errorf("replica info of %s: %w", brokerName, err)
+	}
+	r.MasterAddr = a.Ext["masterAddress"]
+	r.MasterBrokerID, _ = strconv.ParseInt(a.Ext["masterBrokerId"], 10, 64)
+	r.MasterEpoch, _ = strconv.Atoi(a.Ext["masterEpoch"])
+	return &r, nil
 }
 
 // numberKey matches an object key that is a bare number, as the name
