@@ -16,6 +16,11 @@
 #                                the HA form: two groups of a master and a
 #                                slave, asynchronous or synchronous replication
 #                                (make test-ha)
+#   scripts/rocketmq.sh --ha-controller start
+#                                the same groups in RocketMQ 5's controller
+#                                mode: a controller in the name server elects
+#                                each group's master and fails it over by
+#                                itself
 #   scripts/rocketmq.sh --ha promote broker-a, --ha rebuild broker-a
 #                                a failover by hand after broker-a's disk is
 #                                lost (its slave restarted as the master), and
@@ -81,7 +86,7 @@ fetch() {
 }
 
 usage() {
-	echo "usage: $0 [--cluster | --ha | --ha-sync | --stock] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker-a|broker-b|broker-a-s|broker-b-s]" >&2
+	echo "usage: $0 [--cluster | --ha | --ha-sync | --ha-controller | --stock] [-ready-timeout 120s] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker-a|broker-b|broker-a-s|broker-b-s]" >&2
 	echo "       $0 fetch" >&2
 	exit 2
 }

@@ -187,16 +187,9 @@ func RequireCluster(t *testing.T) []ClusterBroker {
 }
 
 // topicBrokers are the brokers a new topic is created on: every broker of
-// the cluster or every master of the HA form when the tests run against
-// it, else the test broker.
+// the cluster when the tests run against it, else the test broker (the
+// HA form: createOnHA).
 func topicBrokers() []string {
-	if ns := haNameServer(); ns != "" && ns == NameServer() {
-		var addrs []string
-		for _, b := range haMasters() {
-			addrs = append(addrs, b.Addr)
-		}
-		return addrs
-	}
 	if ns := ClusterNameServer(); ns != "" && ns == NameServer() {
 		var addrs []string
 		for _, b := range ClusterBrokers() {
@@ -243,10 +236,10 @@ func Topic(t testing.TB) string {
 // see [RequireHA]) and waits until the name server returns a
 // route for it to each of them.
 func CreateTopic(ctx context.Context, topic string, queues int) error {
-	if err := CreateTopicOn(ctx, NameServer(), topicBrokers(), topic, queues); err != nil {
-		return err
+	if ns := haNameServer(); ns != "" && ns == NameServer() {
+		return createOnHA(ctx, ns, topic, queues)
 	}
-	return createOnSlaves(ctx, topic, queues)
+	return CreateTopicOn(ctx, NameServer(), topicBrokers(), topic, queues)
 }
 
 // CreateTopicOn creates topic with queues read and write queues on each
@@ -269,18 +262,23 @@ func CreateTopicOn(ctx context.Context, ns string, brokers []string, topic strin
 			return fmt.Errorf("create topic %s on %s: %w (is RocketMQ running? scripts/rocketmq.sh start)", topic, addr, err)
 		}
 	}
+	return waitRouted(ctx, adm, topic, len(brokers))
+}
+
+// waitRouted waits until the name server routes topic to n broker names.
+func waitRouted(ctx context.Context, adm admin.Admin, topic string, n int) error {
 	for {
 		mqs, err := adm.FetchPublishMessageQueues(ctx, topic)
 		names := map[string]bool{}
 		for _, mq := range mqs {
 			names[mq.BrokerName] = true
 		}
-		if err == nil && len(names) >= len(brokers) {
+		if err == nil && len(names) >= n {
 			return nil
 		}
 		if err == nil && len(names) > 0 {
 			// The admin client caches the first route it fetched.
-			return fmt.Errorf("topic %s is routed to %d of %d brokers after creation", topic, len(names), len(brokers))
+			return fmt.Errorf("topic %s is routed to %d of %d brokers after creation", topic, len(names), n)
 		}
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package rmqproc
 import (
 	"bufio"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,8 @@ var (
 		"org.apache.rocketmq.remoting.netty.NettyServerConfig", "org.apache.rocketmq.remoting.netty.NettyClientConfig",
 		"org.apache.rocketmq.auth.config.AuthConfig"}
 	namesrvConfigClasses = []string{"org.apache.rocketmq.common.namesrv.NamesrvConfig",
-		"org.apache.rocketmq.remoting.netty.NettyServerConfig", "org.apache.rocketmq.remoting.netty.NettyClientConfig"}
+		"org.apache.rocketmq.remoting.netty.NettyServerConfig", "org.apache.rocketmq.remoting.netty.NettyClientConfig",
+		"org.apache.rocketmq.common.ControllerConfig"}
 )
 
 func (in *Instance) versionDir() string {
@@ -77,10 +79,13 @@ var (
 // configKeys returns the property names the given config classes accept.
 // RocketMQ reads a config file by calling setX for each property x that
 // has a setter (inherited ones included) and silently ignores the rest, so
-// the setters are the settings. Cached in <lib>/.keys-NAME. Nil when javap
+// the setters are the settings. Cached in <lib>/.keys-NAME-HASH (HASH of
+// the classes). Nil when javap
 // is missing.
 func (in *Instance) configKeys(name string, classes []string) []string {
-	cache := filepath.Join(in.libDir(), ".keys-"+name)
+	h := fnv.New32a()
+	h.Write([]byte(strings.Join(classes, " ")))
+	cache := filepath.Join(in.libDir(), fmt.Sprintf(".keys-%s-%08x", name, h.Sum32()))
 	if b, err := os.ReadFile(cache); err == nil && len(b) > 0 {
 		return strings.Fields(string(b))
 	}
@@ -207,6 +212,19 @@ func (in *Instance) writeConfigs(c component) error {
 			fmt.Sprintf("listenPort=%d", c.port),
 			"bindAddress=" + bind,
 		}
+		if in.cfg.HA == ReplicationController {
+			lines = append(lines, "",
+				"# --- the controller form: a controller inside the name server, one DLedger node ---",
+				"enableControllerInNamesrv=true",
+				"controllerDLegerGroup=txmsg",
+				fmt.Sprintf("controllerDLegerPeers=n0-%s", in.controllerAddr()),
+				"controllerDLegerSelfId=n0",
+				"controllerStorePath="+in.controllerStore(),
+				// Elect only a broker of the in-sync set: one that has
+				// every message the master acknowledged.
+				"enableElectUncleanMaster=false",
+				"notifyBrokerRoleChanged=true")
+		}
 	} else {
 		classes = brokerConfigClasses
 		base, err := readLines(in.brokerConf())
@@ -236,7 +254,25 @@ func (in *Instance) writeConfigs(c component) error {
 			"bindAddress="+bind,
 			"storePathRootDir="+c.storeDir(),
 			"storePathCommitLog="+filepath.Join(c.storeDir(), "commitlog"))
-		if c.role != "" {
+		if c.role != "" && in.cfg.HA == ReplicationController {
+			lines = append(lines, "",
+				"# --- the HA form: controller mode (the controller elects the master) ---",
+				// The controller assigns the id and the role; every
+				// broker starts as a slave and the first of a group to
+				// register is elected.
+				"brokerId=-1",
+				"brokerRole=SLAVE",
+				"enableControllerMode=true",
+				"controllerAddr="+in.controllerAddr(),
+				// A send is acknowledged once every broker of the group's
+				// in-sync set has it, so that an elected slave has it too.
+				"allAckInSyncStateSet=true",
+				"brokerIP2=127.0.0.1",
+				fmt.Sprintf("haListenPort=%d", c.port+1),
+				"registerNameServerPeriod=10000",
+				// Either broker may be a slave: both answer pulls.
+				"slaveReadEnable=true")
+		} else if c.role != "" {
 			id, role := in.roleOf(c)
 			form := "# --- the HA form: " + string(in.cfg.HA) + " replication ---"
 			if in.swapped(c.brokerName) {
@@ -267,6 +303,10 @@ func (in *Instance) writeConfigs(c component) error {
 				// included, as inSyncReplicas says: 1 (the default) makes
 				// SYNC_MASTER wait for no slave.
 				lines = append(lines, "totalReplicas=2", "inSyncReplicas=2")
+			}
+			if in.slaveActing(c.brokerName) {
+				lines = append(lines, "# --- slave-acting-master (RIP-32), set by rmqproc SetSlaveActingMaster ---",
+					"enableSlaveActingMaster=true", "enableRemoteEscape=true")
 			}
 		}
 	}

@@ -62,10 +62,24 @@ type Replication string
 // inSyncReplicas=1, waits for no slave): a send returns SEND_OK once the
 // slave has the message too, and FLUSH_SLAVE_TIMEOUT after slaveTimeout
 // (3 s) when it does not.
+// [ReplicationController]: RocketMQ 5's automatic failover. The name
+// server embeds a controller (one DLedger node on the name server's port
+// plus [ControllerPortOffset]); each group's two brokers run with
+// enableControllerMode and allAckInSyncStateSet, and the controller, not
+// the configuration, says which one is the master: it elects one when the
+// group starts and elects the other, from the group's in-sync replicas,
+// when the master stops answering. A send returns SEND_OK once every
+// broker of the in-sync set has the message; a slave that falls behind is
+// dropped from the set, and the master goes on alone. RocketMQ 5.x only.
 const (
-	ReplicationAsync Replication = "async"
-	ReplicationSync  Replication = "sync"
+	ReplicationAsync      Replication = "async"
+	ReplicationSync       Replication = "sync"
+	ReplicationController Replication = "controller"
 )
+
+// ControllerPortOffset is how far above the name server's port the
+// controller of the controller form listens (20876: 20878).
+const ControllerPortOffset = 2
 
 // Mode says how the processes run.
 type Mode string
@@ -177,8 +191,8 @@ func FromEnv(cluster bool) (Config, error) {
 	return cfg, nil
 }
 
-// HAFromEnv returns the HA form's configuration: TXMSG_HA (async or
-// sync; default async), TXMSG_HA_NAMESRV and TXMSG_HA_BROKERS, the
+// HAFromEnv returns the HA form's configuration: TXMSG_HA (async, sync
+// or controller; default async), TXMSG_HA_NAMESRV and TXMSG_HA_BROKERS, the
 // masters (default 127.0.0.1:20876 and
 // broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911), and the variables
 // [FromEnv] reads for every form.
@@ -323,8 +337,13 @@ func (cfg *Config) normalize() error {
 	case "":
 	case ReplicationAsync, ReplicationSync:
 		cfg.Cluster = true
+	case ReplicationController:
+		if strings.HasPrefix(cfg.Version, "4.") || strings.HasPrefix(cfg.Version, "5.0.") {
+			return fmt.Errorf("the controller form needs RocketMQ 5.1 or later (TXMSG_RMQ_VERSION is %s)", cfg.Version)
+		}
+		cfg.Cluster = true
 	default:
-		return fmt.Errorf("the HA form's replication must be async or sync (got %q; TXMSG_HA)", cfg.HA)
+		return fmt.Errorf("the HA form's replication must be async, sync or controller (got %q; TXMSG_HA)", cfg.HA)
 	}
 	if cfg.Stock {
 		switch {
@@ -371,6 +390,9 @@ func (cfg *Config) normalize() error {
 		for i, p := range all {
 			if collides(nsPort, p) {
 				return fmt.Errorf("name server port %d collides with the HA form's broker ports %d-%d", nsPort, p-2, p+1)
+			}
+			if cp := nsPort + ControllerPortOffset; cfg.HA == ReplicationController && collides(cp, p) {
+				return fmt.Errorf("the controller's port %d (the name server's plus %d) collides with the HA form's broker ports %d-%d", cp, ControllerPortOffset, p-2, p+1)
 			}
 			for _, q := range all[:i] {
 				if brokerPortsOverlap(p, q) {

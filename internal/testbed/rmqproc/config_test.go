@@ -1,6 +1,7 @@
 package rmqproc
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -215,7 +216,7 @@ func TestHAForm(t *testing.T) {
 	if _, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs, HA: ReplicationAsync}); err == nil || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("a master on another master's slave ports: err %v, want an overlap", err)
 	}
-	if _, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs[:1], HA: "semi"}); err == nil || !strings.Contains(err.Error(), "async or sync") {
+	if _, err := newTest(t, Config{NameServer: DefaultHANameServer, Brokers: bs[:1], HA: "semi"}); err == nil || !strings.Contains(err.Error(), "async, sync or controller") {
 		t.Fatalf("replication semi: err %v", err)
 	}
 }
@@ -276,5 +277,71 @@ func TestSwappedGroupRoles(t *testing.T) {
 	}
 	if in.Promoted("broker-a") {
 		t.Fatal("Wipe of the whole form left the roles swapped")
+	}
+}
+
+// The controller form: a directory of its own, the controller's lines in
+// the name server's config and controller mode in every broker's (none
+// with a fixed role), RocketMQ 5.1 or later, and the controller's port
+// clear of the brokers'. Without a name server to ask, the configured
+// roles stand. Nothing starts.
+func TestControllerForm(t *testing.T) {
+	t.Parallel()
+	bs, err := ParseBrokers("broker-a=127.0.0.1:43911,broker-b=127.0.0.1:44911")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NameServer: "127.0.0.1:45876", Brokers: bs, HA: ReplicationController, Version: "5.3.3"}
+	in, err := newTest(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(in.dir) != "ha-controller-45876" || in.controllerAddr() != "127.0.0.1:45878" {
+		t.Fatalf("dir %s, controller %s", in.dir, in.controllerAddr())
+	}
+	if got, want := in.MasterOf("broker-a")+" "+in.SlaveOf("broker-a"), "broker-a broker-a-s"; got != want {
+		t.Fatalf("with no name server to ask: %s, want %s", got, want)
+	}
+	if err := in.Promote(context.Background(), "broker-a"); err == nil || !strings.Contains(err.Error(), "fails over by itself") {
+		t.Fatalf("promote on the controller form: %v", err)
+	}
+	// The config files.
+	for _, c := range append([]component{in.ns}, in.brokers...) {
+		if err := in.writeConfigs(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(c component) string {
+		b, err := os.ReadFile(filepath.Join(c.confDir(), c.kind+".conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ns := read(in.ns)
+	for _, want := range []string{"enableControllerInNamesrv=true", "controllerDLegerPeers=n0-127.0.0.1:45878", "enableElectUncleanMaster=false",
+		"controllerStorePath=" + in.controllerStore()} {
+		if !strings.Contains(ns, want+"\n") {
+			t.Fatalf("name server config lacks %s:\n%s", want, ns)
+		}
+	}
+	for _, b := range in.brokers {
+		conf := read(b)
+		for _, want := range []string{"enableControllerMode=true", "controllerAddr=127.0.0.1:45878", "allAckInSyncStateSet=true", "brokerId=-1", "brokerRole=SLAVE"} {
+			if v, _ := lastSetting(filepath.Join(b.confDir(), "broker.conf"), strings.Split(want, "=")[0]); v != strings.Split(want, "=")[1] {
+				t.Fatalf("%s: %s is %q, want %s:\n%s", b.name, strings.Split(want, "=")[0], v, want, conf)
+			}
+		}
+	}
+
+	old := cfg
+	old.Version = "4.9.7"
+	if _, err := newTest(t, old); err == nil || !strings.Contains(err.Error(), "5.1 or later") {
+		t.Fatalf("controller form on 4.9.7: %v", err)
+	}
+	clash := cfg
+	clash.NameServer = "127.0.0.1:43907" // controller on 43909, within broker-a's 43909-43912
+	if _, err := newTest(t, clash); err == nil || !strings.Contains(err.Error(), "controller's port") {
+		t.Fatalf("controller port on a broker's: %v", err)
 	}
 }

@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
+
+	"github.com/txmsg/txmsg/internal/rmqwire"
 )
 
 // In the HA form a group's two brokers may swap roles: [Instance.Promote]
@@ -28,8 +34,19 @@ func (in *Instance) swapped(brokerName string) bool {
 }
 
 // roleOf returns the brokerId and brokerRole c starts with: its own, or
-// in a swapped group the other broker's.
+// in a swapped group the other broker's. In the controller form it is the
+// role the name server routes c in now (the controller elected it), or
+// its configured one while the name server routes no master of the group.
 func (in *Instance) roleOf(c component) (int, string) {
+	if c.role != "" && in.cfg.HA == ReplicationController {
+		if addr, ok := in.electedMaster(c.brokerName); ok {
+			if addr == c.addr() {
+				return 0, in.masterRole()
+			}
+			return 1, "SLAVE"
+		}
+		return c.brokerID, c.role
+	}
 	if c.role == "" || !in.swapped(c.brokerName) {
 		return c.brokerID, c.role
 	}
@@ -41,7 +58,9 @@ func (in *Instance) roleOf(c component) (int, string) {
 
 // masterRole is the brokerRole of the HA form's masters.
 func (in *Instance) masterRole() string {
-	if in.cfg.HA == ReplicationSync {
+	// A master of the controller form acknowledges once its in-sync set
+	// has a message: the broker reports itself as SYNC_MASTER.
+	if in.cfg.HA == ReplicationSync || in.cfg.HA == ReplicationController {
 		return "SYNC_MASTER"
 	}
 	return "ASYNC_MASTER"
@@ -123,6 +142,9 @@ func (in *Instance) Promote(ctx context.Context, brokerName string) error {
 	if err != nil {
 		return err
 	}
+	if in.cfg.HA == ReplicationController {
+		return errors.New("the controller form fails over by itself: kill or pause the master, and the controller elects its slave")
+	}
 	if mode, err := in.mode(); err != nil {
 		return err
 	} else if mode != ModeJar {
@@ -165,6 +187,9 @@ func (in *Instance) Rebuild(ctx context.Context, brokerName string) error {
 	if err != nil {
 		return err
 	}
+	if in.cfg.HA == ReplicationController {
+		return errors.New("rebuild undoes promote, which the controller form has not: stop, wipe and start the form instead")
+	}
 	for _, c := range []component{s, m} {
 		if _, ok := c.pid(); ok {
 			if err := in.signal(c, syscall.SIGKILL); err != nil {
@@ -187,3 +212,163 @@ func (in *Instance) Rebuild(ctx context.Context, brokerName string) error {
 	}
 	return in.Start(ctx, s.name)
 }
+
+// controllerAddr is the controller of the controller form: on the name
+// server's host, [ControllerPortOffset] above its port.
+func (in *Instance) controllerAddr() string {
+	return net.JoinHostPort(in.nsHost, strconv.Itoa(in.ns.port+ControllerPortOffset))
+}
+
+// controllerStore is the controller's log (the DLedger store): which
+// broker of each group is the master, and the in-sync sets. Wipe of the
+// whole form deletes it.
+func (in *Instance) controllerStore() string { return filepath.Join(in.ns.storeDir(), "controller") }
+
+// electedMaster returns the address the name server routes the group
+// brokerName's master at (brokerId 0): in the controller form the broker
+// the controller elected. False when the name server does not answer
+// within 2 s or routes no master of the group.
+func (in *Instance) electedMaster(brokerName string) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ci, err := rmqwire.Cluster(ctx, in.cfg.NameServer, false)
+	if err != nil {
+		return "", false
+	}
+	addr := ci.BrokerAddrTable[brokerName].Master()
+	return addr, addr != ""
+}
+
+// waitElected waits until the name server routes a master of the group
+// brokerName (the controller elected one), failing early when c, the
+// broker being waited on, exits.
+func (in *Instance) waitElected(ctx context.Context, brokerName string, c component) error {
+	for {
+		if addr, ok := in.electedMaster(brokerName); ok {
+			in.logf("the controller elected %s the master of %s", addr, brokerName)
+			return nil
+		}
+		if _, ok := c.pid(); !ok {
+			return exited(c)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the controller elected no master of %s: %w; logs: %s", brokerName, ctx.Err(), in.logsHint())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// Replicas asks the controller of the controller form for the group
+// brokerName's elected master and in-sync set.
+func (in *Instance) Replicas(ctx context.Context, brokerName string) (*rmqwire.Replicas, error) {
+	if in.cfg.HA != ReplicationController {
+		return nil, errors.New("replicas are the controller form's (-ha-controller)")
+	}
+	return rmqwire.ReplicaInfo(ctx, in.controllerAddr(), false, brokerName)
+}
+
+// waitInSync waits until the controller counts both brokers of the group
+// brokerName in its in-sync set, so that it can elect the slave when the
+// master fails; slave is the broker that joins.
+func (in *Instance) waitInSync(ctx context.Context, brokerName string, slave component) error {
+	var last string
+	for {
+		r, err := in.Replicas(ctx, brokerName)
+		if err == nil && len(r.SyncStateSet) >= 2 {
+			in.logf("%s is in the in-sync set of %s %v (master epoch %d)", slave.name, brokerName, r.SyncStateSet, r.MasterEpoch)
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("in-sync set %v", r.SyncStateSet)
+		}
+		if _, ok := slave.pid(); !ok {
+			return exited(slave)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not join the in-sync set of %s (%s): %w; logs: %s", slave.name, brokerName, last, ctx.Err(), slave.logDir())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// NameAt returns the name of the broker of the form listening at addr, or
+// "".
+func (in *Instance) NameAt(addr string) string {
+	for _, b := range in.brokers {
+		if b.addr() == addr {
+			return b.name
+		}
+	}
+	return ""
+}
+
+// actingFile marks the group brokerName of the HA form as running RocketMQ
+// 5's slave-acting-master (RIP-32): [Instance.SetSlaveActingMaster].
+func (in *Instance) actingFile(brokerName string) string {
+	return filepath.Join(in.dir, "acting-"+brokerName)
+}
+
+// slaveActing reports whether the group brokerName runs with
+// slave-acting-master.
+func (in *Instance) slaveActing(brokerName string) bool {
+	if in.cfg.HA != ReplicationAsync && in.cfg.HA != ReplicationSync {
+		return false
+	}
+	_, err := os.Stat(in.actingFile(brokerName))
+	return err == nil
+}
+
+// SetSlaveActingMaster turns RocketMQ 5's slave-acting-master (RIP-32) on
+// or off for both brokers of the group brokerName of the HA form
+// (asynchronous or synchronous replication) and restarts the group with
+// it: enableSlaveActingMaster=true and enableRemoteEscape=true. With it,
+// while the group's master is gone, its slave runs what only a master
+// runs: it takes the half messages it holds from the master's store and
+// sends them, as half messages, to the master of another group
+// (escaping), which checks them back, and does the same with timer
+// messages that come due. The group's brokers are SIGKILLed and started
+// again (the master first); their stores are kept. Wipe of the whole form
+// turns it off.
+func (in *Instance) SetSlaveActingMaster(ctx context.Context, brokerName string, on bool) error {
+	if in.cfg.HA != ReplicationAsync && in.cfg.HA != ReplicationSync {
+		return errors.New("slave-acting-master is for the HA form with asynchronous or synchronous replication")
+	}
+	if strings.HasPrefix(in.cfg.Version, "4.") {
+		return fmt.Errorf("slave-acting-master needs RocketMQ 5 (TXMSG_RMQ_VERSION is %s)", in.cfg.Version)
+	}
+	m, s, err := in.group(brokerName)
+	if err != nil {
+		return err
+	}
+	if on == in.slaveActing(brokerName) {
+		return nil
+	}
+	for _, c := range []component{s, m} {
+		if _, ok := c.pid(); ok {
+			if err := in.signal(c, syscall.SIGKILL); err != nil {
+				return err
+			}
+		}
+	}
+	if on {
+		err = os.WriteFile(in.actingFile(brokerName), []byte(brokerName+" runs with enableSlaveActingMaster and enableRemoteEscape\n"), 0o644)
+	} else {
+		err = os.Remove(in.actingFile(brokerName))
+	}
+	if err != nil {
+		return err
+	}
+	in.logf("%s: slave-acting-master %s; starting %s and %s again", brokerName, map[bool]string{true: "on", false: "off"}[on], m.name, s.name)
+	if err := in.Start(ctx, m.name); err != nil {
+		return err
+	}
+	return in.Start(ctx, s.name)
+}
+
+// SlaveActingMaster reports whether the group brokerName runs with
+// slave-acting-master ([Instance.SetSlaveActingMaster]).
+func (in *Instance) SlaveActingMaster(brokerName string) bool { return in.slaveActing(brokerName) }

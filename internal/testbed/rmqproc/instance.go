@@ -1,11 +1,13 @@
 package rmqproc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +41,10 @@ func New(cfg Config) (*Instance, error) {
 	vdir := in.versionDir()
 	_, firstPort, _ := splitHostPort("broker", cfg.Brokers[0].Addr)
 	switch {
+	case cfg.HA == ReplicationController:
+		// Stores of the controller form hold its epochs and ids: never
+		// mixed with the other HA forms' on the same ports.
+		in.dir = filepath.Join(vdir, fmt.Sprintf("ha-controller-%d", nsPort))
 	case cfg.HA != "":
 		in.dir = filepath.Join(vdir, fmt.Sprintf("ha-%d", nsPort))
 	case cfg.Cluster:
@@ -59,10 +65,9 @@ func New(cfg Config) (*Instance, error) {
 			c.name = kindBroker
 		}
 		if cfg.HA != "" {
-			c.role = "ASYNC_MASTER"
-			if cfg.HA == ReplicationSync {
-				c.role = "SYNC_MASTER"
-			}
+			// In the controller form the configured master is only the
+			// one started first, which the controller elects.
+			c.role = in.masterRole()
 			s := c
 			s.name = b.Name + SlaveSuffix
 			s.dir = filepath.Join(in.dir, s.name)
@@ -225,6 +230,12 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 			in.dir, strings.TrimSpace(string(prev)), in.cfg.NameServer)
 	}
 
+	if in.cfg.HA == ReplicationController {
+		// The controller elects the first broker of a group to register:
+		// start the configured masters before the slaves.
+		targets = slices.Clone(targets)
+		slices.SortStableFunc(targets, func(a, b component) int { return cmp.Compare(a.brokerID, b.brokerID) })
+	}
 	var started, external []component
 	if nsOK {
 		in.logf("namesrv already running (pid %d)", nsPid)
@@ -266,6 +277,17 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 			external = append(external, b)
 			continue
 		}
+		if in.cfg.HA == ReplicationController {
+			// Wait for the election of the master started first, or a
+			// slave could be elected in its place.
+			for _, m := range started {
+				if m.kind == kindBroker && m.brokerName == b.brokerName {
+					if err := in.waitElected(ctx, b.brokerName, m); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		if err := in.prepare(b); err != nil {
 			return err
 		}
@@ -301,6 +323,13 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 		return fmt.Errorf("%w; logs: %s", err, in.logsHint())
 	}
 	for _, c := range started {
+		if c.kind == kindBroker && in.cfg.HA == ReplicationController {
+			// The role comes from the election: wait for one (of c, or
+			// of the broker already running).
+			if err := in.waitElected(ctx, c.brokerName, c); err != nil {
+				return err
+			}
+		}
 		if _, role := in.roleOf(c); isSlave(role) {
 			// A slave takes no sends: ready is its port open and a
 			// replication connection on its master's HA port (it learns
@@ -311,6 +340,11 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 			}
 			if err := in.waitReplicating(ctx, c); err != nil {
 				return err
+			}
+			if in.cfg.HA == ReplicationController {
+				if err := in.waitInSync(ctx, c.brokerName, c); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -576,6 +610,14 @@ func (in *Instance) Wipe(broker string) error {
 			if err := os.RemoveAll(in.swappedFile(b.Name)); err != nil {
 				return err
 			}
+			if err := os.RemoveAll(in.actingFile(b.Name)); err != nil {
+				return err
+			}
+		}
+	}
+	if broker == "" && in.cfg.HA == ReplicationController {
+		if err := os.RemoveAll(in.controllerStore()); err != nil {
+			return err
 		}
 	}
 	if broker == "" && in.cfg.Cluster {

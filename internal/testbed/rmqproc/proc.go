@@ -214,6 +214,12 @@ func (in *Instance) javaFlags(java string, c component) []string {
 		// the AllocateMappedFileService thread dies and every send then
 		// times out).
 		f = append(f, "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED")
+		if c.kind == kindNamesrv && in.cfg.HA == ReplicationController {
+			// The controller's Hessian serializer makes the fields of
+			// java.lang.StackTraceElement accessible at start; without the
+			// open it prints a stack trace per field.
+			f = append(f, "--add-opens=java.base/java.lang=ALL-UNNAMED")
+		}
 		if v4 {
 			// 4.x unmaps a file (MappedFile.clean: on shutdown, and when
 			// deleting expired or truncating dirty commit log, consume queue

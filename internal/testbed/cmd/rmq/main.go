@@ -2,7 +2,7 @@
 // internal/testbed/rmqproc); scripts/rocketmq.sh runs it for every verb but
 // fetch.
 //
-//	rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker]
+//	rmq [-cluster | -ha | -ha-sync | -ha-controller | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker]
 //
 //	start    start what is not running and wait until a message can be sent
 //	stop     stop what was started here (broker: that broker of the cluster only)
@@ -28,7 +28,10 @@
 // -ha and -ha-sync act on the HA form of TXMSG_HA_NAMESRV and
 // TXMSG_HA_BROKERS: two groups of a master and a slave (broker-a,
 // broker-a-s, broker-b, broker-b-s), with asynchronous or synchronous
-// replication; TXMSG_HA=async|sync picks the replication as the flags do.
+// replication; -ha-controller the same groups in RocketMQ 5's controller
+// mode, where a controller inside the name server elects each group's
+// master and fails it over by itself; TXMSG_HA=async|sync|controller
+// picks the form as the flags do.
 // -stock starts the single form's broker with RocketMQ's stock settings
 // (scripts/rocketmq/stock.conf instead of scripts/rocketmq/broker.conf),
 // on ports other than the default ones, and refuses to when the store's
@@ -61,11 +64,12 @@ func run(args []string) int {
 	cluster := fs.Bool("cluster", false, "act on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS)")
 	ha := fs.Bool("ha", false, "act on the HA form: two master/slave groups, asynchronous replication (TXMSG_HA_NAMESRV, TXMSG_HA_BROKERS)")
 	haSync := fs.Bool("ha-sync", false, "act on the HA form with synchronous replication (SYNC_MASTER, inSyncReplicas=2)")
+	haController := fs.Bool("ha-controller", false, "act on the HA form in controller mode: a controller in the name server elects each group's master (RocketMQ 5.1+)")
 	stock := fs.Bool("stock", false, "start the broker with RocketMQ's stock settings (scripts/rocketmq/stock.conf); ports of its own")
 	timeout := fs.Duration("ready-timeout", 120*time.Second, "how long start waits until RocketMQ takes messages")
 	root := fs.String("root", "", "repository root (default: found from the working directory)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -ha | -ha-sync | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker]")
+		fmt.Fprintln(os.Stderr, "usage: rmq [-cluster | -ha | -ha-sync | -ha-controller | -stock] [-ready-timeout 120s] [-root dir] start|stop|status|kill|pause|resume|owns|wipe|ready|promote|rebuild [broker]")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the verb too (scripts/rocketmq.sh start --cluster).
@@ -91,9 +95,11 @@ func run(args []string) int {
 	}
 	var cfg rmqproc.Config
 	var err error
-	if *ha || *haSync || os.Getenv("TXMSG_HA") != "" {
+	if *ha || *haSync || *haController || os.Getenv("TXMSG_HA") != "" {
 		cfg, err = rmqproc.HAFromEnv()
-		if *haSync {
+		if *haController {
+			cfg.HA = rmqproc.ReplicationController
+		} else if *haSync {
 			cfg.HA = rmqproc.ReplicationSync
 		} else if *ha {
 			cfg.HA = rmqproc.ReplicationAsync
