@@ -155,7 +155,7 @@ func (c *consumerCore) startConsumer(ctx context.Context) error {
 	if c.onStarted != nil {
 		c.onStarted()
 	}
-	c.rc = watchConsumerBrokers(c.client, c.log, c.brokerTopics())
+	c.rc = watchConsumerBrokers(c.client, &c.conn, c.log, c.brokerTopics())
 	if c.rc != nil {
 		c.rc.stuck = c.requeue(c.client, c.log, &c.requeued)
 	}
@@ -415,7 +415,7 @@ func startWithin(ctx context.Context, pc interface{ Shutdown() error }, log *slo
 // broker knows them): a restarted broker serves a group's pulls only after
 // its heartbeat. It returns nil, after a warning, when the client's
 // internals are out of reach.
-func watchConsumerBrokers(pc any, log *slog.Logger, topics []string) *reconnector {
+func watchConsumerBrokers(pc any, conn *Conn, log *slog.Logger, topics []string) *reconnector {
 	rp, err := clientinternals.NameServers(pc)
 	if err != nil {
 		log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
@@ -426,7 +426,7 @@ func watchConsumerBrokers(pc any, log *slog.Logger, topics []string) *reconnecto
 		log.Warn("cannot watch brokers; after a broker restart the client recovers on its 30 s timers", "err", err)
 		return nil
 	}
-	return newReconnector(log, topics, rp, refresh)
+	return newReconnector(log, topics, rp, refresh).askingMasters(conn)
 }
 
 // startPinned records the start offsets of a consumer's new group (see

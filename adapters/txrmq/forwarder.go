@@ -300,7 +300,7 @@ func (f *Forwarder) Start(ctx context.Context) error {
 // timers. f.mu is held.
 func (f *Forwarder) startConsuming() {
 	f.consuming = true
-	f.rc = watchConsumerBrokers(f.pc, f.log, []string{f.cfg.brokerTopic(f.cfg.Topic)})
+	f.rc = watchConsumerBrokers(f.pc, &f.cfg.Conn, f.log, []string{f.cfg.brokerTopic(f.cfg.Topic)})
 	if f.rc != nil {
 		f.rc.stuck = expireStuckPulls(f.pc, f.log, &f.expired)
 	}

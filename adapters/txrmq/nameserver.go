@@ -88,6 +88,29 @@ func (c *Conn) askNameServer(ctx context.Context, addr string, topics []string) 
 	return a, nil
 }
 
+// topicMasters asks the name servers, in turn, for topic's route (the
+// broker's name of the topic) and returns the first answer's master
+// address per broker name. Each name server has NameServerTimeout, and
+// ctx bounds the whole.
+func (c *Conn) topicMasters(ctx context.Context, topic string) (map[string]string, error) {
+	var errs []error
+	for _, ns := range c.NameServers {
+		ctx, cancel := context.WithTimeout(ctx, c.NameServerTimeout)
+		r, err := rmqwire.TopicRoute(ctx, nameServerAddr(ns), c.TLS, topic)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out := make(map[string]string, len(r.BrokerDatas))
+		for _, b := range r.BrokerDatas {
+			out[b.BrokerName] = b.Master()
+		}
+		return out, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
 // nameServerAddr is a NameServers entry as host:port.
 func nameServerAddr(ns string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(ns, "http://"), "https://")

@@ -560,7 +560,7 @@ func (p *Publisher) newReconnector() *reconnector {
 	for _, topic := range p.cfg.Topics {
 		topics = append(topics, p.cfg.brokerTopic(topic))
 	}
-	rc := newReconnector(p.log, topics, rp, refresh)
+	rc := newReconnector(p.log, topics, rp, refresh).askingMasters(&p.cfg.Conn)
 	if rc != nil {
 		rc.returned = p.returns.fire
 	}

@@ -1,6 +1,7 @@
 package txrmq
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"sync"
@@ -21,16 +22,30 @@ import (
 //
 //   - a send failed (kick): the route is fetched again, so with several
 //     brokers a broker that is gone leaves the route and sends go to the
-//     others; and
+//     others;
+//
 //   - a broker of the client's topics that did not accept connections
 //     accepts them again: it watches each one with a TCP connect per
 //     interval. The topics are those it was built with and those added
 //     with watch (a Publisher adds every topic it sends to);
+//
 //   - a broker that the name server's routes lacked at the watcher's last
 //     look (every namesEvery; after 1 s, doubling, while a look finds a
 //     topic without a route) appears in them: it was down when the
 //     watcher started, or died before the watcher first looked, so its
-//     death was never seen. It counts as a return, gone since that look.
+//     death was never seen. It counts as a return, gone since that look;
+//     or
+//
+//   - the name server routes a broker's master at another address than
+//     the client does (when the reconnector can ask it: masters is set):
+//     the group failed over, by an operator or by RocketMQ 5's
+//     controller. The client would keep the old address until its 30 s
+//     refresh, sending nothing to the group, or only to a master that
+//     no longer answers. It counts as a return, gone since the look
+//     before. While a broker does not accept connections the names are
+//     looked up every minGap, so that a failover after a crash is found
+//     within about a second of the name server's learning of it. A look
+//     at the masters takes at most 2 s, whatever the name servers do.
 //
 // A broker accepts connections some seconds before it has registered with
 // the name server and can take a heartbeat, so a return is followed by
@@ -53,6 +68,9 @@ type reconnector struct {
 	topics   []string
 	returned func()
 	stuck    func(map[string]time.Time)
+	// masters, when set, asks the name servers for a topic's route:
+	// each broker's master address by broker name.
+	masters func(ctx context.Context, topic string) (map[string]string, error)
 
 	interval, minGap, namesEvery time.Duration
 	followUps                    int
@@ -71,7 +89,9 @@ type reconnector struct {
 const (
 	reconnectInterval = 500 * time.Millisecond
 	reconnectMinGap   = time.Second
-	reconnectNames    = 10 * time.Second
+	reconnectNames    = 5 * time.Second
+	// movedMastersTimeout bounds one look at the name servers' masters.
+	movedMastersTimeout = 2 * time.Second
 	// reconnectFollowUps covers a broker's start-up after its port opens
 	// (5 to 15 s on the test machine).
 	reconnectFollowUps = 15
@@ -88,6 +108,15 @@ func newReconnector(log *slog.Logger, topics []string, prober clientinternals.Ro
 		interval: reconnectInterval, minGap: reconnectMinGap, namesEvery: reconnectNames, followUps: reconnectFollowUps,
 		kickCh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+}
+
+// askingMasters has r ask the name servers of c for the masters of its
+// topics' brokers at each look, to find a failover. It returns r.
+func (r *reconnector) askingMasters(c *Conn) *reconnector {
+	if r != nil {
+		r.masters = c.topicMasters
+	}
+	return r
 }
 
 func (r *reconnector) start() {
@@ -160,6 +189,9 @@ func (r *reconnector) run() {
 	// that does not exist costs no more than a look per namesEvery.
 	namesGap := r.namesEvery
 	backingOff := false // namesGap is backing off from minGap
+	// moved holds, per broker name, the master address the name server
+	// routed when the watcher last saw it differ from the client's.
+	moved := map[string]string{}
 	var lastNames, prevNames, lastRefresh time.Time
 	pending := false
 	more := 0          // follow-up refreshes still due after a broker's return
@@ -172,7 +204,8 @@ func (r *reconnector) run() {
 			pending = true
 		case <-t.C:
 		}
-		if r.newTopic.Swap(false) || time.Since(lastNames) >= namesGap {
+		due := time.Since(lastNames) >= namesGap || (len(gone) > 0 && r.masters != nil && time.Since(lastNames) >= r.minGap)
+		if r.newTopic.Swap(false) || due {
 			prevNames, lastNames = lastNames, time.Now()
 			incomplete := false
 			// Names only accumulate: a broker that is down leaves the
@@ -206,6 +239,31 @@ func (r *reconnector) run() {
 				} else if _, known := addrs[name]; !known {
 					incomplete = true
 				}
+			}
+			for name, addr := range r.movedMasters() {
+				client := r.prober.FindBrokerAddrByName(name)
+				if addr == client {
+					delete(moved, name)
+					continue
+				}
+				if moved[name] != addr {
+					moved[name] = addr
+					r.log.Info("the name server routes the broker's master at another address than the client (a failover); refreshing routes and heartbeat now",
+						"broker", name, "addr", addr, "client_addr", client)
+				}
+				pending, returning = true, true
+				more = r.followUps
+				since := prevNames
+				if g, ok := gone[name]; ok {
+					since = g
+				}
+				if !since.IsZero() {
+					back[name] = since
+				}
+				// Watched at the new address from now on: its being
+				// reachable is no second return.
+				addrs[name], brokers[name] = addr, false
+				delete(gone, name)
 			}
 			switch {
 			case !incomplete:
@@ -269,6 +327,35 @@ func (r *reconnector) run() {
 			returning = false
 		}
 	}
+}
+
+// movedMasters asks the name servers (when masters is set) for the
+// watched topics' routes and returns the master address each routes per
+// broker name; nil when it cannot ask or none answers.
+func (r *reconnector) movedMasters() map[string]string {
+	if r.masters == nil {
+		return nil
+	}
+	// Bounded as a whole: name servers that do not answer must not hold
+	// up the watcher's probes of the brokers.
+	ctx, cancel := context.WithTimeout(context.Background(), movedMastersTimeout)
+	defer cancel()
+	out := map[string]string{}
+	for _, topic := range r.watched() {
+		m, err := r.masters(ctx, topic)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			continue
+		}
+		for name, addr := range m {
+			if addr != "" {
+				out[name] = addr
+			}
+		}
+	}
+	return out
 }
 
 func reachable(addr string, timeout time.Duration) bool {

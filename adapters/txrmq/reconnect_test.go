@@ -1,6 +1,7 @@
 package txrmq
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -205,4 +206,61 @@ func TestReconnectorTreatsALateBrokerAsReturned(t *testing.T) {
 	require.Len(t, m, 1, "stuck was not called")
 	require.True(t, m["b"].After(started), "gone since %v, watcher started %v", m["b"], started)
 	require.True(t, m["b"].Before(appeared), "gone since %v, appeared at %v", m["b"], appeared)
+}
+
+// movingProber is a client whose broker "b" is at the address stored in
+// addr, which its refresh sets to the name server's.
+type movingProber struct{ addr atomic.Value }
+
+func (p *movingProber) FetchSubscribeMessageQueues(topic string) ([]*primitive.MessageQueue, error) {
+	return []*primitive.MessageQueue{{Topic: topic, BrokerName: "b"}}, nil
+}
+func (p *movingProber) FindBrokerAddrByName(string) string { return p.addr.Load().(string) }
+
+// TestReconnectorRefreshesWhenTheMasterMoves: the client's master of "b"
+// stops accepting connections and the name server routes another
+// address (a failover): the watcher refreshes at once, passes "b" to
+// stuck as gone since before the move, and stops once the client's
+// refresh has the name server's address.
+func TestReconnectorRefreshesWhenTheMasterMoves(t *testing.T) {
+	oldLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	newLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer newLn.Close()
+	p := &movingProber{}
+	p.addr.Store(oldLn.Addr().String())
+	var nsMaster atomic.Value
+	nsMaster.Store(oldLn.Addr().String())
+	var refreshes atomic.Int32
+	var got atomic.Value // map[string]time.Time
+	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"t"}, p, func() {
+		refreshes.Add(1)
+		p.addr.Store(nsMaster.Load().(string)) // the client learns the route
+	})
+	r.masters = func(context.Context, string) (map[string]string, error) {
+		return map[string]string{"b": nsMaster.Load().(string)}, nil
+	}
+	r.stuck = func(m map[string]time.Time) { got.Store(m) }
+	// The regular look is far off: only the gone broker's quick looks
+	// can find the move.
+	r.interval, r.minGap, r.followUps, r.namesEvery = 50*time.Millisecond, 50*time.Millisecond, 0, time.Hour
+	r.start()
+	defer r.close()
+
+	time.Sleep(200 * time.Millisecond)
+	require.Zero(t, refreshes.Load(), "same master: no refresh")
+	died := time.Now()
+	require.NoError(t, oldLn.Close()) // the master dies
+	time.Sleep(200 * time.Millisecond)
+	require.Zero(t, refreshes.Load(), "a dead master alone does not refresh")
+	nsMaster.Store(newLn.Addr().String()) // and the name server routes its successor
+	require.Eventually(t, func() bool { return refreshes.Load() >= 1 }, 10*time.Second, 10*time.Millisecond, "the move refreshes")
+	m, _ := got.Load().(map[string]time.Time)
+	require.Len(t, m, 1, "stuck was not called")
+	require.False(t, m["b"].After(died.Add(100*time.Millisecond)), "gone since %v, died at %v", m["b"], died)
+	n := refreshes.Load()
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, n, refreshes.Load(), "the client has the new master: no more refreshes")
+	require.Equal(t, newLn.Addr().String(), p.FindBrokerAddrByName("b"))
 }

@@ -394,7 +394,7 @@ func (s *Sweeper) awaitTopic() {
 // broker died. Called with s.mu held.
 func (s *Sweeper) run(pc rmq.PushConsumer) {
 	s.pc = pc
-	s.rc = watchConsumerBrokers(pc, s.log, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)})
+	s.rc = watchConsumerBrokers(pc, &s.cfg.Conn, s.log, []string{s.cfg.brokerTopic(CheckMaxTimeTopic)})
 	if s.rc != nil {
 		s.rc.stuck = expireStuckPulls(pc, s.log, &s.expired)
 	}

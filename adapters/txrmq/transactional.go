@@ -655,7 +655,7 @@ func (t *Transactional) newReconnector() *reconnector {
 	for _, topic := range t.cfg.Topics {
 		topics = append(topics, t.cfg.brokerTopic(topic))
 	}
-	return newReconnector(t.log, topics, rp, refresh)
+	return newReconnector(t.log, topics, rp, refresh).askingMasters(&t.cfg.Conn)
 }
 
 // sendStatusName names a send status as the broker's response codes do.
