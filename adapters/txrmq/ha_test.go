@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/checker"
+	"github.com/txmsg/txmsg/internal/rmqwire"
 	"github.com/txmsg/txmsg/internal/testbed"
 	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	"github.com/txmsg/txmsg/txmsg"
@@ -62,6 +64,24 @@ func (h *haInbox) handledAt(id string) (time.Time, bool) {
 }
 
 // effects returns the committed handlings per txmsg ID.
+// waitHandled waits up to within until every one of ids was handled and
+// returns how many were not.
+func (h *haInbox) waitHandled(ids []string, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	for {
+		notYet := 0
+		for _, id := range ids {
+			if _, ok := h.handledAt(id); !ok {
+				notYet++
+			}
+		}
+		if notYet == 0 || time.Now().After(deadline) {
+			return notYet
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 func (h *haInbox) effects(t *testing.T) map[string]int {
 	t.Helper()
 	var rows []haEffect
@@ -353,22 +373,9 @@ func TestHAMasterKill(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, onDead, "no committed event was stored on %s", dead)
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		notYet := 0
-		for _, id := range onDead {
-			if _, ok := h.handledAt(id); !ok {
-				notYet++
-			}
-		}
-		if notYet == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the %d events stored on %s a second or more before the kill were not handled while it was down: not read from %s",
-				notYet, len(onDead), dead, ha.Slave(dead))
-		}
-		time.Sleep(500 * time.Millisecond)
+	if notYet := h.waitHandled(onDead, 45*time.Second); notYet > 0 {
+		t.Fatalf("%d of the %d events stored on %s a second or more before the kill were not handled while it was down: not read from %s",
+			notYet, len(onDead), dead, ha.Slave(dead))
 	}
 	t.Logf("%d events stored on %s before the kill handled while it was down (read from %s), the last %s after the kill",
 		len(onDead), dead, ha.Slave(dead), time.Since(killedAt).Round(time.Second))
@@ -498,4 +505,99 @@ func TestHACheckBackAcrossMasterRestart(t *testing.T) {
 	checkOutcome(t, e, h, l, 90*time.Second)
 	t.Logf("%d of 16 half messages on %s (%d checked back after its restart, %d discarded and swept); %d events handled before its restart (%s after the kill), all 16 once after it",
 		onDead, dead, onDead-swept, swept, beforeRestart, restartAt.Sub(killedAt).Round(time.Second))
+}
+
+// halfMessageOn reports whether the broker at addr (a master or its
+// slave) stores a half message of id: its key index, in the half topic.
+func halfMessageOn(t *testing.T, addr, id string, since time.Time) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	body, found, err := rmqwire.QueryByKey(ctx, addr, false, "RMQ_SYS_TRANS_HALF_TOPIC", id, 32, since.Add(-time.Minute), time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	if !found {
+		return false
+	}
+	for _, ext := range primitive.DecodeMessage(body) {
+		if ext.GetProperty(txmsg.PropertyID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// With RocketMQ 5's slave-acting-master (RIP-32: enableSlaveActingMaster
+// and enableRemoteEscape on broker-a's group), a child producer commits 16
+// local transactions over both groups and is SIGKILLed before any
+// END_TRANSACTION; broker-a's master (where the test finds some of them
+// by the half topic's key index) is SIGKILLed right after and stays
+// down. Its slave then acts for it: it sends the half messages it holds
+// to broker-b's master as half messages, which checks them back,
+// and the surviving producer answers COMMIT from the barrier. So all 16
+// events are handled while broker-a's master is still down, where without
+// it (TestHACheckBackAcrossMasterRestart) those on broker-a wait for its
+// return. Once the group is back, the master checks its own copies back
+// too; the inbox drops those second copies and each event is handled
+// exactly once.
+func TestHASlaveActingMasterEscapesHalfMessages(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	ha.RequireReplication(t, rmqproc.ReplicationAsync, "one form is enough: what the slave does without its master does not depend on the replication")
+	group := ha.Masters[0].Name
+	t.Cleanup(func() { ha.Restore(t) })
+	ha.SlaveActingMaster(t, group, true)
+	e := newTxEnv(t)
+	obs := testbed.Observe(t, e.topic, nil)
+	h := startHAInbox(t, e)
+	h.open()
+	var cb checkBackRecorder
+	e.start(t, e.db, e.chk, nil, &cb)
+
+	prefix := "acting-" + testbed.Suffix()
+	begun := time.Now()
+	runClusterChild(t, e, prefix, 16)
+	dead := ha.Procs.MasterOf(group)
+	var masterAddr string
+	for _, m := range ha.Procs.Masters() {
+		if m.Name == group {
+			masterAddr = m.Addr
+		}
+	}
+	ids := make([]string, 16)
+	var onDead []string
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	// Which half messages are on broker-a: its master's key index of the
+	// half topic, asked before the kill (the index is written some
+	// milliseconds after the message).
+	require.Eventually(t, func() bool {
+		onDead = onDead[:0]
+		for _, id := range ids {
+			if halfMessageOn(t, masterAddr, id, begun) {
+				onDead = append(onDead, id)
+			}
+		}
+		return len(onDead) > 0
+	}, 20*time.Second, 500*time.Millisecond, "none of the child's half messages is on %s (%s)", group, masterAddr)
+	ha.Kill(t, dead)
+	killedAt := time.Now()
+
+	if notYet := h.waitHandled(ids, 90*time.Second); notYet > 0 {
+		t.Fatalf("%d of 16 events not handled within 90 s of the kill with %s down (%d of the half messages were on it)", notYet, dead, len(onDead))
+	}
+	handledBy := time.Since(killedAt)
+	require.False(t, ha.Procs.Owns(dead), "%s runs again: the events must have come while it was down", dead)
+	for _, id := range onDead {
+		require.True(t, cb.has(id), "%s was on %s but no check-back reached the surviving producer", id, dead)
+		require.NotEqual(t, group, obs.First(id).Queue.BrokerName, "%s was delivered from %s, whose master is down", id, group)
+	}
+	t.Logf("%d of 16 half messages on %s; all 16 events handled %s after its master %s was killed, while it was down (the escaped ones through %s)",
+		len(onDead), group, handledBy.Round(100*time.Millisecond), dead, obs.First(onDead[0]).Queue.BrokerName)
+
+	ha.Restore(t) // the master back, slave-acting-master off: it checks its own copies back
+	l := &haLoad{committed: map[string]time.Time{}, published: map[string]time.Time{}}
+	for _, id := range ids {
+		l.committed[id] = killedAt
+	}
+	checkOutcome(t, e, h, l, 90*time.Second)
 }
