@@ -422,8 +422,21 @@ func TestHAKindsOnlyOnTheHAForm(t *testing.T) {
 	}
 	r.cfg.HA = "async"
 	for _, k := range haKindList {
-		require.Contains(t, r.enabledKinds(), k)
+		if controllerKinds[k] {
+			require.NotContains(t, r.enabledKinds(), k, "only on the controller form")
+		} else {
+			require.Contains(t, r.enabledKinds(), k)
+		}
 	}
+	r.cfg.HA = "controller"
+	for _, k := range haKindList {
+		if byHandKinds[k] {
+			require.NotContains(t, r.enabledKinds(), k, "a failover by hand: not on the controller form")
+		} else {
+			require.Contains(t, r.enabledKinds(), k)
+		}
+	}
+	require.Contains(t, r.enabledKinds(), kindMasterPauseElection)
 	var stderr bytes.Buffer
 	_, err := parseFlags([]string{"-ha", "-infra=false"}, &stderr)
 	require.Error(t, err)

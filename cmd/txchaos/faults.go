@@ -73,6 +73,13 @@ const (
 	// synchronous replication the master's sends fail during the pause
 	// instead.
 	kindFailoverTail = "failover-tail-loss"
+	// kindMasterPauseElection freezes the master of broker-a or broker-b
+	// (in turn; controller form only) with SIGSTOP for 12 to 16 s, longer
+	// than the controller's broker heartbeat timeout (10 s), so that the
+	// controller elects the group's slave meanwhile; then resumes it, and
+	// the old master, which held its connections throughout, steps down to
+	// be the new master's slave.
+	kindMasterPauseElection = "master-pause-election"
 	// kindPlainKill is what an armed kill becomes when its point is not
 	// reached in time: a plain SIGKILL. Never scheduled.
 	kindPlainKill = "process-kill-plain"
@@ -82,13 +89,26 @@ var allKinds = append([]string{kindHalfSent, kindAfterCommit, kindProducerRandom
 	kindBrokerKill, kindDBRestart, kindBrokerPause, kindBrokerOutage, kindDBOutage}, haKindList...)
 
 var infraKinds = map[string]bool{kindBrokerKill: true, kindDBRestart: true, kindBrokerPause: true, kindBrokerOutage: true, kindDBOutage: true,
-	kindSlaveKill: true, kindFailover: true, kindFailoverTail: true}
+	kindSlaveKill: true, kindFailover: true, kindFailoverTail: true, kindMasterPauseElection: true}
 
 // haKindList are the kinds of the HA form alone; on it the broker kinds
-// act on the groups' current masters.
-var haKindList = []string{kindSlaveKill, kindFailover, kindFailoverTail}
+// act on the groups' current masters (on the controller form a killed or
+// long-paused master's slave is elected in its place).
+var haKindList = []string{kindSlaveKill, kindFailover, kindFailoverTail, kindMasterPauseElection}
 
-var haKinds = map[string]bool{kindSlaveKill: true, kindFailover: true, kindFailoverTail: true}
+var haKinds = map[string]bool{kindSlaveKill: true, kindFailover: true, kindFailoverTail: true, kindMasterPauseElection: true}
+
+// byHandKinds are the HA kinds of the forms whose failover is made by hand
+// (rmqproc.Instance.Promote); controllerKinds those of the controller
+// form, which fails over by itself.
+var (
+	byHandKinds     = map[string]bool{kindFailover: true, kindFailoverTail: true}
+	controllerKinds = map[string]bool{kindMasterPauseElection: true}
+)
+
+// electionPause is how long kindMasterPauseElection freezes a master:
+// past the controller's broker heartbeat timeout (10 s) by 2 to 6 s.
+func electionPause(extra time.Duration) time.Duration { return 12*time.Second + extra }
 
 // tailFor is how long kindFailoverTail pauses the slave before the
 // failover: the load commits some tens of events meanwhile.
@@ -258,6 +278,24 @@ func (r *runner) inject(ctx context.Context, kind string) faultRecord {
 		return rec
 	case kindFailover, kindFailoverTail:
 		return r.failover(ctx, kind, r.groupTarget(odd))
+	case kindMasterPauseElection:
+		group := r.groupTarget(odd)
+		master := r.rmq.MasterOf(group)
+		pause := electionPause(time.Duration(r.rng.Int64N(int64(4 * time.Second))))
+		rec := faultRecord{Kind: kind, Start: time.Now()}
+		if err := r.broker(ctx, "pause", master); err != nil {
+			rec.Err = err.Error()
+			return rec
+		}
+		sleep(ctx, pause)
+		elected := r.rmq.MasterOf(group)
+		if err := r.broker(context.WithoutCancel(ctx), "resume", master); err != nil {
+			rec.Err = err.Error()
+		}
+		rec.Detail = fmt.Sprintf("%s (master of %s) frozen for %s; the controller's master when it was resumed: %s",
+			master, group, pause.Round(time.Millisecond), elected)
+		rec.End = time.Now()
+		return rec
 	case kindBrokerPause:
 		pause := r.cfg.PauseMin + time.Duration(r.rng.Int64N(int64(r.cfg.PauseMax-r.cfg.PauseMin)+1))
 		target := r.brokerTarget(odd)

@@ -181,7 +181,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.PauseMax, "pause-max", cfg.PauseMax, "longest broker pause")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "random seed of the schedule")
 	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on the two-broker cluster (TXMSG_CLUSTER_NAMESRV, TXMSG_CLUSTER_BROKERS; make chaos CLUSTER=1): topics on both brokers, broker faults on broker-a and broker-b in turn")
-	ha := fs.Bool("ha", false, "run on the HA form (TXMSG_HA=async|sync, TXMSG_HA_NAMESRV, TXMSG_HA_BROKERS; make chaos HA=1 or HA=sync): topics on every master and slave, the HA fault kinds ("+strings.Join(haKindList, ",")+") besides the others, the reconciler on")
+	ha := fs.Bool("ha", false, "run on the HA form (TXMSG_HA=async|sync|controller, TXMSG_HA_NAMESRV, TXMSG_HA_BROKERS; make chaos HA=1, HA=sync or HA=controller): topics on every master and slave, the HA fault kinds ("+strings.Join(haKindList, ",")+"; master-kill-failover and failover-tail-loss not on the controller form, master-pause-election only there) besides the others, the reconciler on")
 	fs.BoolVar(&cfg.NoSweeper, "no-sweeper", false, "run without the sweeper (shows the events it saves as I1 violations)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the run's database and topics")
 	if err := fs.Parse(args); err != nil {

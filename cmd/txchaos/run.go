@@ -113,7 +113,9 @@ func (r *runner) enabledKinds() []string {
 	}
 	var out []string
 	for _, k := range kinds {
-		if infraKinds[k] && !r.cfg.Infra || haKinds[k] && r.cfg.HA == "" {
+		controller := r.cfg.HA == rmqproc.ReplicationController
+		if infraKinds[k] && !r.cfg.Infra || haKinds[k] && r.cfg.HA == "" ||
+			byHandKinds[k] && controller || controllerKinds[k] && !controller {
 			continue
 		}
 		out = append(out, k)
