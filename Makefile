@@ -141,22 +141,25 @@ test-stock:
 		./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
 	$(STOCK_ENV) scripts/rocketmq.sh stop; exit $$status
 
-## test-ha: the tests that call testbed.RequireHA (adapters/txrmq and adapters/outbox; with TXMSG_HA set the packages' other tests
-## skip) on the HA form of the test bed, twice: two groups of a master and a slave (broker-a 21911 with broker-a-s
-## 21921, broker-b 22911 with broker-b-s 22921, name server 20876; the default-port broker is never touched) from
-## the Maven Central jars, first with asynchronous replication (scripts/rocketmq.sh --ha), then with synchronous
-## replication (--ha-sync: SYNC_MASTER, inSyncReplicas=2), each from an empty store and stopped after. The tests
-## SIGKILL masters and slaves under load, and fail broker-a over after its slave fell behind (rmq -ha promote). Without -race, like test-cluster. About 8 min. See docs/testing.md.
+## test-ha: the tests that call testbed.RequireHA, RequireHAController or RequireHAAny (adapters/txrmq,
+## adapters/outbox and dashboard; with TXMSG_HA set the packages' other tests skip) on the HA form of the test bed, three times: two
+## groups of a master and a slave (broker-a 21911 with broker-a-s 21921, broker-b 22911 with broker-b-s 22921, name
+## server 20876; the default-port broker is never touched) from the Maven Central jars, first with asynchronous
+## replication (scripts/rocketmq.sh --ha), then with synchronous replication (--ha-sync: SYNC_MASTER,
+## inSyncReplicas=2), then in RocketMQ 5's controller mode (--ha-controller: a controller in the name server, on
+## 20878, elects each group's master), each from an empty store and stopped after. The tests SIGKILL and SIGSTOP
+## masters and slaves under load, fail broker-a over by hand after its slave fell behind (rmq -ha promote), and let
+## the controller fail it over. Without -race, like test-cluster. About 11 min. See docs/testing.md.
 HA_ENV = TXMSG_HA_NAMESRV=127.0.0.1:20876 TXMSG_HA_BROKERS=broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911
 test-ha:
 	$(MYSQL_UP)
-	@set -e; for mode in async sync; do \
-		flag=--ha; [ $$mode = sync ] && flag=--ha-sync; \
+	@set -e; for mode in async sync controller; do \
+		flag=--ha; [ $$mode = sync ] && flag=--ha-sync; [ $$mode = controller ] && flag=--ha-controller; \
 		$(HA_ENV) scripts/rocketmq.sh $$flag stop; \
 		$(HA_ENV) scripts/rocketmq.sh $$flag wipe; \
 		$(HA_ENV) scripts/rocketmq.sh $$flag start; \
 		status=0; $(HA_ENV) TXMSG_HA=$$mode TXMSG_REQUIRE_SERVICES=1 $(GO) test -count=1 -p 1 -timeout 10m \
-			./adapters/txrmq/ ./adapters/outbox/ || status=$$?; \
+			./adapters/txrmq/ ./adapters/outbox/ ./dashboard/ || status=$$?; \
 		$(HA_ENV) scripts/rocketmq.sh $$flag stop; \
 		[ $$status = 0 ] || exit $$status; \
 	done
@@ -238,12 +241,14 @@ bench: services-up
 ## non-zero on a violation (about 10 min; CHAOS_FLAGS, e.g. -duration 20m -faults 20). See docs/reliability.md.
 ## CLUSTER=1 runs it on the two-broker cluster of test-cluster (started, wiped first, and stopped after):
 ## topics on both brokers, broker faults alternate between broker-a and broker-b.
-## HA=1 (or HA=sync) runs it on the HA form of test-ha (asynchronous, or synchronous replication; started, wiped
-## first, and stopped after): topics on every master and slave, the reconciler on in every stack, broker faults on
-## the groups' masters, and the HA kinds slave-kill, master-kill-failover and failover-tail-loss besides the others.
+## HA=1 (or HA=sync, HA=controller) runs it on the HA form of test-ha (asynchronous or synchronous replication, or
+## the controller's failover; started, wiped first, and stopped after): topics on every master and slave, the
+## reconciler on in every stack, broker faults on the groups' current masters, and the HA kinds slave-kill,
+## master-kill-failover and failover-tail-loss (by hand: not on the controller form) or master-pause-election (the
+## controller form's) besides the others.
 CHAOS_BIN := .cache/chaos/txchaos
-HA_CHAOS_FLAG = $(if $(filter sync,$(HA)),--ha-sync,--ha)
-HA_CHAOS_MODE = $(if $(filter sync,$(HA)),sync,async)
+HA_CHAOS_FLAG = $(if $(filter sync,$(HA)),--ha-sync,$(if $(filter controller,$(HA)),--ha-controller,--ha))
+HA_CHAOS_MODE = $(if $(filter sync controller,$(HA)),$(HA),async)
 ifneq ($(HA),)
 chaos:
 	$(MYSQL_UP)

@@ -3,8 +3,10 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/txmsg/txmsg/dashboard/internal/rmqadmin"
@@ -16,8 +18,99 @@ const checkMaxTimeTopic = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 type brokerData struct {
 	NameServers []string
+	Groups      []brokerGroup
+	GroupsErr   string
 	Topics      []topicLag
 	CheckMax    checkMaxView
+}
+
+// replicaBehindWarn is how far, in commit-log bytes, a slave may be behind
+// its master before the broker page shows it in amber. A slave that
+// replicates keeps up within a few KB; one that is behind by more is
+// catching up or stuck, and under asynchronous replication a failover
+// now would lose what it lacks.
+const replicaBehindWarn = 4 << 20
+
+// brokerGroup is one broker group (broker name) as the broker page shows
+// it: its master, its slaves with how far each is behind, and what is
+// wrong, if anything.
+type brokerGroup struct {
+	Cluster, Name string
+	Master        *rmqadmin.Member
+	Slaves        []replica
+	// Level is "ok", "warn" or "bad"; Problem says why when not ok.
+	Level, Problem string
+}
+
+// replica is a slave of a broker group.
+type replica struct {
+	rmqadmin.Member
+	// Behind is the master's commit-log end minus the slave's, in
+	// bytes; -1 when either did not tell.
+	Behind int64
+}
+
+// brokerGroups reads the cluster's broker groups and judges each: a
+// group without a master, or whose master does not answer, is bad; a
+// slave that does not answer or is more than replicaBehindWarn behind is
+// amber, and so is a group without a slave when other groups have some
+// (its slave died or left).
+func brokerGroups(gs []rmqadmin.Group) []brokerGroup {
+	anySlaves := false
+	for _, g := range gs {
+		anySlaves = anySlaves || len(g.Slaves) > 0
+	}
+	out := make([]brokerGroup, 0, len(gs))
+	for _, g := range gs {
+		v := brokerGroup{Cluster: g.Cluster, Name: g.Name, Master: g.Master, Level: "ok"}
+		var problems []string
+		bad := false
+		switch {
+		case g.Master == nil:
+			bad = true
+			problems = append(problems, "no master: the name server routes none, so nothing can be sent to this group (the master is down, or a failover is under way)")
+		case g.Master.Err != "":
+			bad = true
+			problems = append(problems, "the master does not answer: "+g.Master.Err)
+		}
+		for _, sl := range g.Slaves {
+			r := replica{Member: sl, Behind: -1}
+			if g.Master != nil && g.Master.Err == "" && sl.Err == "" {
+				r.Behind = max(g.Master.MaxOffset-sl.MaxOffset, 0)
+			}
+			switch {
+			case sl.Err != "":
+				problems = append(problems, fmt.Sprintf("slave %d (%s) does not answer: %s", sl.ID, sl.Addr, sl.Err))
+			case r.Behind > replicaBehindWarn:
+				problems = append(problems, fmt.Sprintf("slave %d (%s) is %s behind its master: a failover now loses what it lacks under asynchronous replication", sl.ID, sl.Addr, byteSize(r.Behind)))
+			}
+			v.Slaves = append(v.Slaves, r)
+		}
+		if len(g.Slaves) == 0 && anySlaves {
+			problems = append(problems, "no slave: other groups have one; this group's died or left the name server, and it has no copy")
+		}
+		if len(problems) > 0 {
+			v.Level, v.Problem = "warn", strings.Join(problems, "; ")
+		}
+		if bad {
+			v.Level = "bad"
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// byteSize writes n bytes in B, KiB, MiB or GiB.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 type topicLag struct {
@@ -86,6 +179,16 @@ func (d *Dashboard) broker(r *http.Request) (string, string, any, error) {
 	go func() {
 		defer wg.Done()
 		data.CheckMax = d.checkMax(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		gs, err := d.rmq.Groups(ctx)
+		if err != nil {
+			data.GroupsErr = err.Error()
+			return
+		}
+		data.Groups = brokerGroups(gs)
 	}()
 	wg.Wait()
 	return "broker", "Broker", data, nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/txmsg/txmsg/dashboard/internal/rmqadmin"
 )
 
 // renderPage renders page with data inside the layout.
@@ -88,4 +90,54 @@ func TestNameCellsDoNotBreakWords(t *testing.T) {
 	require.Contains(t, body, "white-space:normal")
 	require.Contains(t, body, "overflow-wrap:break-word")
 	require.Greater(t, rule[0], regexp.MustCompile(`td:first-child`).FindStringIndex(s)[0])
+}
+
+// groupRowOf returns the row of broker group name on the broker page.
+func groupRowOf(t *testing.T, page, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)<tr data-broker-group="` + regexp.QuoteMeta(name) + `".*?</tr>`).FindString(page)
+	require.NotEmpty(t, m, "no row for broker group %s in\n%s", name, page)
+	return m
+}
+
+// TestBrokerGroupsJudgeReplicas: the broker page's groups card shows a
+// group without a master in red, a slave that does not answer, one far
+// behind its master and a group that lost its slave (while others have
+// one) in amber, and a healthy group as ok, with how far each slave is
+// behind.
+func TestBrokerGroupsJudgeReplicas(t *testing.T) {
+	m := func(id int64, addr string, off int64, err string) rmqadmin.Member {
+		return rmqadmin.Member{ID: id, Addr: addr, MaxOffset: off, Err: err}
+	}
+	ptr := func(x rmqadmin.Member) *rmqadmin.Member { return &x }
+	gs := brokerGroups([]rmqadmin.Group{
+		{Cluster: "c", Name: "healthy", Master: ptr(m(0, "10.0.0.1:10911", 10<<20, "")), Slaves: []rmqadmin.Member{m(1, "10.0.0.2:10911", 10<<20-300, "")}},
+		{Cluster: "c", Name: "headless", Slaves: []rmqadmin.Member{m(1, "10.0.0.4:10911", 5<<20, "")}},
+		{Cluster: "c", Name: "mute-slave", Master: ptr(m(0, "10.0.0.5:10911", 7<<20, "")), Slaves: []rmqadmin.Member{m(1, "10.0.0.6:10911", 0, "i/o timeout")}},
+		{Cluster: "c", Name: "lagging", Master: ptr(m(0, "10.0.0.7:10911", 100<<20, "")), Slaves: []rmqadmin.Member{m(1, "10.0.0.8:10911", 90<<20, "")}},
+		{Cluster: "c", Name: "orphan", Master: ptr(m(0, "10.0.0.9:10911", 1<<20, ""))},
+	})
+	level := map[string]string{}
+	for _, g := range gs {
+		level[g.Name] = g.Level
+	}
+	require.Equal(t, map[string]string{"healthy": "ok", "headless": "bad", "mute-slave": "warn", "lagging": "warn", "orphan": "warn"}, level)
+	require.EqualValues(t, 300, gs[0].Slaves[0].Behind)
+	require.EqualValues(t, -1, gs[2].Slaves[0].Behind, "a slave that did not answer has no known lag")
+	require.EqualValues(t, 10<<20, gs[3].Slaves[0].Behind)
+
+	page := renderPage(t, "broker", &brokerData{Groups: gs})
+	healthy := groupRowOf(t, page, "healthy")
+	require.Contains(t, healthy, `class="group ok"`)
+	require.Contains(t, healthy, "10.0.0.2:10911 <small>300 B</small>")
+	headless := groupRowOf(t, page, "headless")
+	require.Contains(t, headless, `class="group bad"`)
+	require.Contains(t, headless, "no master")
+	require.Contains(t, groupRowOf(t, page, "mute-slave"), "does not answer: i/o timeout")
+	require.Contains(t, groupRowOf(t, page, "lagging"), "10.0 MiB behind its master")
+	require.Contains(t, groupRowOf(t, page, "orphan"), "no slave")
+
+	// Without slaves anywhere (one master per group), no group lacks one.
+	single := brokerGroups([]rmqadmin.Group{{Name: "broker-a", Master: ptr(m(0, "127.0.0.1:10911", 42, ""))}})
+	require.Equal(t, "ok", single[0].Level)
 }

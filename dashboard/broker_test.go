@@ -17,6 +17,7 @@ import (
 	"github.com/txmsg/txmsg/adapters/txrmq"
 	"github.com/txmsg/txmsg/dashboard/internal/dashtest"
 	"github.com/txmsg/txmsg/internal/testbed"
+	"github.com/txmsg/txmsg/internal/testbed/rmqproc"
 	"github.com/txmsg/txmsg/txmsg"
 )
 
@@ -62,6 +63,57 @@ const nameCell = `<td class="name"[^>]*>(?:[^<]|<wbr>)*</td>`
 
 var lagCell = regexp.MustCompile(`data-group="([^"]+)">\s*` + nameCell + `<td class="n">[^<]*</td><td class="n">[^<]*</td>\s*` + nameCell + `\s*<td class="n lag[^"]*">(\d+)`)
 
+var brokerGroupRow = regexp.MustCompile(`(?s)<tr data-broker-group="[^"]+".*?</tr>`)
+
+// brokerGroupRowOf returns the row of broker group name on the broker
+// page, or "".
+func brokerGroupRowOf(page, name string) string {
+	return regexp.MustCompile(`(?s)<tr data-broker-group="` + regexp.QuoteMeta(name) + `".*?</tr>`).FindString(page)
+}
+
+// TestBrokerPageShowsABrokenReplica: on the HA form (make test-ha, its
+// asynchronous form: the page reads the same on the others), the broker
+// page shows broker-a's group healthy with its slave;
+// in amber with "does not answer" while the slave is frozen (SIGSTOP);
+// in amber with "no slave" once it is killed (it leaves the name
+// server); and healthy again after it is started.
+func TestBrokerPageShowsABrokenReplica(t *testing.T) {
+	ha := testbed.RequireHA(t)
+	ha.RequireReplication(t, rmqproc.ReplicationAsync, "one form is enough: a frozen or dead slave reads the same on the page whatever the replication")
+	group := ha.Masters[0].Name
+	b := dashtest.New(t, dashtest.Options{Broker: true})
+	c := client(t)
+	t.Cleanup(func() { ha.Restore(t) })
+	var last string
+	showing := func(want ...string) func() bool {
+		return func() bool {
+			page := get(t, c, b.URL+"broker")
+			require.Equal(t, http.StatusOK, page.status, page.body)
+			last = brokerGroupRowOf(page.body, group)
+			for _, w := range want {
+				if !strings.Contains(last, w) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, showing(`class="group ok"`, ha.Procs.SlaveAddr(group)), 90*time.Second, time.Second,
+		"the broker page never showed %s healthy with its slave; last row:\n%s", group, last)
+
+	slave := ha.Procs.SlaveOf(group)
+	ha.Pause(t, slave)
+	require.Eventually(t, showing(`class="group warn"`, "does not answer"), 60*time.Second, time.Second,
+		"a frozen slave not shown; last row:\n%s", last)
+	ha.Resume(t, slave)
+	ha.Kill(t, slave)
+	require.Eventually(t, showing(`class="group warn"`, "no slave"), 60*time.Second, time.Second,
+		"a dead slave not shown; last row:\n%s", last)
+	ha.Start(t, slave)
+	require.Eventually(t, showing(`class="group ok"`), 90*time.Second, time.Second,
+		"the group not healthy again after the slave's start; last row:\n%s", last)
+}
+
 // TestBrokerPageAndLookupOnTheBroker: the broker page reports the bed's
 // consumer group on its topic with a lag that drops to zero once the
 // consumer caught up, and the size of TRANS_CHECK_MAX_TIME_TOPIC (or its
@@ -89,6 +141,11 @@ func TestBrokerPageAndLookupOnTheBroker(t *testing.T) {
 	page := get(t, c, b.URL+"broker")
 	require.Contains(t, page.body, b.Topic)
 	require.True(t, strings.Contains(page.body, `id="checkmax-size"`) || strings.Contains(page.body, "The topic does not exist"))
+	// The one broker as a group of a master alone, healthy.
+	group := brokerGroupRow.FindString(page.body)
+	require.NotEmpty(t, group, "no broker group on the broker page:\n%s", page.body)
+	require.Contains(t, group, testbed.Broker())
+	require.Contains(t, group, `class="group ok"`)
 
 	// By key and by ID, the broker's index answers (it may lag the store a
 	// little).

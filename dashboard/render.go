@@ -50,6 +50,7 @@ var funcs = template.FuncMap{
 	"list":     func(s ...string) []string { return s },
 	"bodyline": bodyLine,
 	"name":     breakName,
+	"bytes":    byteSize,
 }
 
 // nameBreaks are the characters a long topic, group or relay name may
