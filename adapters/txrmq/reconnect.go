@@ -41,8 +41,8 @@ import (
 //     the group failed over, by an operator or by RocketMQ 5's
 //     controller. The client would keep the old address until its 30 s
 //     refresh, sending nothing to the group, or only to a master that
-//     no longer answers. It counts as a return, gone since the look
-//     before. While a broker does not accept connections the names are
+//     no longer answers. It counts as a return, gone since it was seen:
+//     every pull sent so far went to the old address. While a broker does not accept connections the names are
 //     looked up every minGap, so that a failover after a crash is found
 //     within about a second of the name server's learning of it. A look
 //     at the masters takes at most 2 s, whatever the name servers do.
@@ -253,13 +253,12 @@ func (r *reconnector) run() {
 				}
 				pending, returning = true, true
 				more = r.followUps
-				since := prevNames
-				if g, ok := gone[name]; ok {
-					since = g
-				}
-				if !since.IsZero() {
-					back[name] = since
-				}
+				// Every pull the client sent so far went to the old
+				// address: one in flight there waits out its 30 s (a
+				// frozen master still takes connections, so the probes
+				// may never have found it gone). Pulls begun before now
+				// are re-created.
+				back[name] = time.Now()
 				// Watched at the new address from now on: its being
 				// reachable is no second return.
 				addrs[name], brokers[name] = addr, false
