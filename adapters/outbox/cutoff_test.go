@@ -40,6 +40,26 @@ func TestBrokerCutOffRelayHandsOver(t *testing.T) {
 			route.Store(publisherAt(t, "127.0.0.1:1"))
 			cut := e.relay(switchable{&route}, cfg("cut-off"))
 			start(t, cut)
+			// The hand-over lasts HandOverAfter; once the other relay
+			// has sent every row the cut-off one fails no more and stays
+			// in the lease rounds. So it is watched from the start, with
+			// its Health at that moment.
+			var handedOver atomic.Pointer[error]
+			watchDone := make(chan struct{})
+			t.Cleanup(func() { close(watchDone) })
+			go func() {
+				for {
+					select {
+					case <-watchDone:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					if cut.handedOver() {
+						err := cut.Health(context.Background())
+						handedOver.CompareAndSwap(nil, &err)
+					}
+				}
+			}()
 			healthy := e.relay(brokerPublisher(t), cfg("healthy"))
 			start(t, healthy)
 			e.waitEven([]string{"cut-off", "healthy"}, waitFor, "two relays")
@@ -61,8 +81,8 @@ func TestBrokerCutOffRelayHandsOver(t *testing.T) {
 				"the cut-off relay's rows are published by the other relay")
 			require.Eventually(t, func() bool { return obs.Distinct() == n }, time.Minute, 50*time.Millisecond)
 			require.Zero(t, e.stats().Parked)
-			require.Eventually(t, func() bool { return cut.handedOver() }, waitFor, tick)
-			err := cut.Health(context.Background())
+			require.Eventually(t, func() bool { return handedOver.Load() != nil }, waitFor, tick, "the cut-off relay never handed its buckets over")
+			err := *handedOver.Load()
 			require.ErrorIs(t, err, txmsg.ErrUnavailable, "the cut-off relay is not healthy")
 			require.True(t, strings.Contains(err.Error(), "handed its buckets"), err.Error())
 			require.NoError(t, healthy.Health(context.Background()))
