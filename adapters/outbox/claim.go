@@ -42,7 +42,7 @@ func (r *Relay) cycleUnordered(ctx context.Context) (cycleResult, error) {
 	}
 	more, err := r.claimDue(ctx, owned)
 	res.more = more
-	if err == nil && !more {
+	if err == nil && !more && !r.takeNudge() {
 		r.lookAgainSoon(ctx, owned, &res)
 	}
 	return res, err
@@ -67,9 +67,11 @@ const (
 // after a short wait, 5 ms doubling to 500 ms while it stays held.
 func (r *Relay) lookAgainSoon(ctx context.Context, owned []int, res *cycleResult) {
 	var ids []int64
-	err := r.db.WithContext(ctx).Table(r.table).Select("id").
-		Where("status = ?", StatusPending).Where(r.inBuckets(r.db, owned)).Where("next_attempt_at <= UTC_TIMESTAMP(6)").
-		Limit(1).Find(&ids).Error
+	err := find(r.db.WithContext(ctx), func(db *gorm.DB) *gorm.DB {
+		return db.Table(r.table).Select("id").
+			Where("status = ?", StatusPending).Where(r.inBuckets(r.db, owned)).Where("next_attempt_at <= UTC_TIMESTAMP(6)").
+			Limit(1)
+	}, &ids)
 	if err != nil || len(ids) == 0 {
 		r.skipped = 0
 		return
@@ -144,7 +146,7 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 				continue
 			}
 			var got []*claimed
-			if err := r.dueIn(ctx, tx, part, limit-len(found)).Find(&got).Error; err != nil {
+			if err := find(tx.WithContext(ctx), func(db *gorm.DB) *gorm.DB { return r.dueIn(db, part, limit-len(found)) }, &got); err != nil {
 				return fmt.Errorf("outbox: claim from %s: %w", r.table, err)
 			}
 			found = append(found, got...)
@@ -208,8 +210,8 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 // order; with bucket 0 among them it also reads the buckets outside
 // [0, Buckets). Due is by the database's clock, as next_attempt_at is
 // written.
-func (r *Relay) dueIn(ctx context.Context, tx *gorm.DB, buckets []int, limit int) *gorm.DB {
-	return tx.WithContext(ctx).Table(r.table).Select(r.columns()).
+func (r *Relay) dueIn(tx *gorm.DB, buckets []int, limit int) *gorm.DB {
+	return tx.Table(r.table).Select(r.columns()).
 		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}).
 		Where("status = ?", StatusPending).Where(r.inBuckets(tx, buckets)).Where("next_attempt_at <= UTC_TIMESTAMP(6)").
 		Order("bucket, next_attempt_at, id").Limit(limit)

@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,4 +139,70 @@ func BenchmarkOutboxInsert(b *testing.B) {
 			return err
 		})
 	})
+}
+
+// TestRelayStatementsGoAsLiterals: on a handle that takes literals, the
+// relay's claims, body loads and marks on the outbox table go without
+// arguments, unordered and ordered, for rows published, failed and
+// parked, and the rows end as they should.
+func TestRelayStatementsGoAsLiterals(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			e := newEnv(t, Config{})
+			var mu sync.Mutex
+			var recording bool
+			var withArgs []string
+			var literal int
+			record := func(d *gorm.DB) {
+				mu.Lock()
+				defer mu.Unlock()
+				q := d.Statement.SQL.String()
+				if !recording || d.DryRun || !strings.Contains(q, "`"+e.ob.cfg.Table+"`") {
+					return
+				}
+				if len(d.Statement.Vars) > 0 {
+					withArgs = append(withArgs, q)
+				} else {
+					literal++
+				}
+			}
+			require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("test:literal", record))
+			require.NoError(t, e.db.Callback().Raw().After("gorm:raw").Register("test:literal", record))
+			require.NoError(t, e.db.Callback().Update().After("gorm:update").Register("test:literal", record))
+
+			e.enqueue(40, func(i int) *txmsg.Message {
+				m := e.msg(fmt.Sprintf("m%d", i), withKey(fmt.Sprintf("k%d", i%4)))
+				m.ID = fmt.Sprintf("lit-%d", i)
+				if i%10 == 9 {
+					m.Tag = "park"
+				}
+				return m
+			})
+			pub := newMemPublisher()
+			pub.setFail(func(m *txmsg.Message) error {
+				if m.Tag == "park" {
+					return fmt.Errorf("%w: refused: tag %q", txmsg.ErrRejected, m.Tag)
+				}
+				return nil
+			})
+			mu.Lock()
+			recording = true
+			mu.Unlock()
+			// Retention < 0: no purge, which runs once a minute, not per cycle.
+			r := e.relay(pub, RelayConfig{Ordered: ordered, BatchSize: 7, MaxAttempts: 2, Retention: -1})
+			start(t, r)
+			require.Eventually(t, func() bool { s := e.stats(); return s.Sent == 36 && s.Parked == 4 }, waitFor, tick)
+			mu.Lock()
+			recording = false
+			args, lits := withArgs, literal
+			mu.Unlock()
+			require.Empty(t, args, "statements on the outbox table sent with arguments")
+			require.Greater(t, lits, 10, "literal statements on the outbox table")
+			require.Equal(t, 36, pub.distinct())
+			for _, row := range e.rows("status = ?", StatusParked) {
+				require.Equal(t, 2, row.Attempts)
+				require.Contains(t, row.LastError, `refused: tag "park"`)
+			}
+		})
+	}
 }

@@ -176,19 +176,21 @@ func (r *Relay) applyMarks(tx *gorm.DB, p *markPlan, unchanged bool) (int64, err
 		for i, row := range u.rows {
 			ids[i] = row.ID
 		}
-		q := tx.Table(r.table).Where("id IN ?", ids)
-		if unchanged {
-			pairs := make([][]any, len(u.rows))
-			for i, row := range u.rows {
-				pairs[i] = []any{row.ID, row.UpdatedAt}
+		changed, err := updates(tx, func(db *gorm.DB) *gorm.DB {
+			q := db.Table(r.table).Where("id IN ?", ids)
+			if unchanged {
+				pairs := make([][]any, len(u.rows))
+				for i, row := range u.rows {
+					pairs[i] = []any{row.ID, row.UpdatedAt}
+				}
+				q = q.Where("status = ? AND (id, updated_at) IN ?", StatusPending, pairs)
 			}
-			q = q.Where("status = ? AND (id, updated_at) IN ?", StatusPending, pairs)
+			return q
+		}, u.set)
+		if err != nil {
+			return n, fmt.Errorf("outbox: %s: %w", u.what, err)
 		}
-		res := q.Updates(u.set)
-		if res.Error != nil {
-			return n, fmt.Errorf("outbox: %s: %w", u.what, res.Error)
-		}
-		n += res.RowsAffected
+		n += changed
 	}
 	return n, nil
 }

@@ -186,7 +186,7 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 		// are left out: they hold nothing back, and a bucket full of
 		// them must not fill the window.
 		q = q.Where("status = ? AND bucket = ? AND id > ?", StatusPending, bucket, after).
-			Where("sharding_key <> '' OR next_attempt_at <= UTC_TIMESTAMP(6)")
+			Where("sharding_key <> ? OR next_attempt_at <= UTC_TIMESTAMP(6)", "")
 		if len(skip) > 0 {
 			keys := make([]string, 0, len(skip))
 			for k := range skip {
@@ -197,17 +197,21 @@ func (r *Relay) readBucket(ctx context.Context, tx *gorm.DB, bucket int, after i
 		return q
 	}
 	var ids []int64
-	if err := where(tx.WithContext(ctx).Table(r.table)).Order("id").Limit(limit).Pluck("id", &ids).Error; err != nil {
+	tx = tx.WithContext(ctx)
+	if err := find(tx, func(db *gorm.DB) *gorm.DB {
+		return where(db.Table(r.table)).Select("id").Order("id").Limit(limit)
+	}, &ids); err != nil {
 		return nil, fmt.Errorf("outbox: claim from %s: %w", r.table, err)
 	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	q := where(tx.WithContext(ctx).Table(r.table).Select(r.columns()).
-		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})).
-		Where("id <= ?", ids[len(ids)-1])
 	var rows []*claimed
-	if err := q.Order("id").Limit(len(ids)).Find(&rows).Error; err != nil {
+	if err := find(tx, func(db *gorm.DB) *gorm.DB {
+		return where(db.Table(r.table).Select(r.columns()).
+			Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})).
+			Where("id <= ?", ids[len(ids)-1]).Order("id").Limit(len(ids))
+	}, &rows); err != nil {
 		return nil, fmt.Errorf("outbox: claim from %s: %w", r.table, err)
 	}
 	return rows, nil

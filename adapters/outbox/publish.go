@@ -45,7 +45,9 @@ func (r *Relay) loadBodies(ctx context.Context, tx *gorm.DB, rows []*Row, idx []
 		ID   int64
 		Body []byte
 	}
-	err := tx.WithContext(context.WithoutCancel(ctx)).Table(r.table).Select("id, body").Where("id IN ?", ids).Find(&bodies).Error
+	err := find(tx.WithContext(context.WithoutCancel(ctx)), func(db *gorm.DB) *gorm.DB {
+		return db.Table(r.table).Select("id, body").Where("id IN ?", ids)
+	}, &bodies)
 	if err != nil {
 		return fmt.Errorf("outbox: load %d bodies from %s: %w", len(ids), r.table, err)
 	}

@@ -256,7 +256,18 @@ func (b *bench) runB5(ctx context.Context) error {
 			_ = s.Close()
 		}
 	}()
-	locking := func(tx *gorm.DB) bool { _, ok := tx.Statement.Clauses["FOR"]; return ok }
+	// The claim is built with its locking clause and, on a handle that
+	// takes literals, run as one literal statement ending in FOR UPDATE:
+	// the dry-run build is not the claim, the statement that runs is.
+	locking := func(tx *gorm.DB) bool {
+		if tx.DryRun {
+			return false
+		}
+		if _, ok := tx.Statement.Clauses["FOR"]; ok {
+			return true
+		}
+		return strings.Contains(tx.Statement.SQL.String(), " FOR UPDATE")
+	}
 	err = relayDB.Callback().Query().Before("gorm:query").Register("txbench:claim_start", func(tx *gorm.DB) {
 		if locking(tx) {
 			clock.claimAt.Store(time.Now().UnixNano())
