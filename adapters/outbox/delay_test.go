@@ -158,7 +158,7 @@ func TestDelayedClaimSkipsFutureRows(t *testing.T) {
 	r := e.relay(newMemPublisher(), RelayConfig{})
 	var plan []map[string]any
 	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error {
-		q := r.dueIn(tx.Session(&gorm.Session{DryRun: true}), []int{0, 1, 2, 3}, 100).Find(&[]*claimed{})
+		q := r.dueIn(tx.Session(&gorm.Session{DryRun: true}), []int{0, 1, 2, 3}, 100).Find(&[]int64{})
 		sql := tx.Dialector.Explain(q.Statement.SQL.String(), q.Statement.Vars...)
 		return tx.Raw("EXPLAIN " + sql).Scan(&plan).Error
 	}))
