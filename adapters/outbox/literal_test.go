@@ -151,7 +151,7 @@ func TestRelayStatementsGoAsLiterals(t *testing.T) {
 			e := newEnv(t, Config{})
 			var mu sync.Mutex
 			var recording bool
-			var withArgs []string
+			var withArgs, locking []string
 			var literal int
 			record := func(d *gorm.DB) {
 				mu.Lock()
@@ -164,6 +164,9 @@ func TestRelayStatementsGoAsLiterals(t *testing.T) {
 					withArgs = append(withArgs, q)
 				} else {
 					literal++
+				}
+				if strings.Contains(q, "FOR UPDATE") {
+					locking = append(locking, q)
 				}
 			}
 			require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("test:literal", record))
@@ -194,10 +197,19 @@ func TestRelayStatementsGoAsLiterals(t *testing.T) {
 			require.Eventually(t, func() bool { s := e.stats(); return s.Sent == 36 && s.Parked == 4 }, waitFor, tick)
 			mu.Lock()
 			recording = false
-			args, lits := withArgs, literal
+			args, lits, locks := withArgs, literal, locking
 			mu.Unlock()
 			require.Empty(t, args, "statements on the outbox table sent with arguments")
 			require.Greater(t, lits, 10, "literal statements on the outbox table")
+			require.NotEmpty(t, locks)
+			if !ordered {
+				// The unordered claim locks the rows it found by primary
+				// key, never a range (see claimIn).
+				for _, q := range locks {
+					require.Contains(t, q, "WHERE id IN (", q)
+					require.Contains(t, q, "SKIP LOCKED", q)
+				}
+			}
 			require.Equal(t, 36, pub.distinct())
 			for _, row := range e.rows("status = ?", StatusParked) {
 				require.Equal(t, 2, row.Attempts)
