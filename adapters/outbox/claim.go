@@ -215,7 +215,7 @@ func (r *Relay) claimDue(ctx context.Context, owned []int) (more bool, err error
 // they are pending and due and skips the ones another transaction holds.
 // A single locking read of the range locked far more than the rows it
 // returned while a large backlog drained: relay transactions were seen
-// holding 100,000 to 800,000 row locks, 30–90 MB of lock heap each,
+// holding 100,000 to 800,000 row locks, up to 93 MB of lock heap each,
 // until InnoDB, whose lock heaps live in the buffer pool, stopped the
 // server for having filled it. Locking by primary key locks only the rows
 // returned. A row the plain read found that is gone, sent or held by the
