@@ -2,10 +2,12 @@ package txrmq
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/txmsg/txmsg/adapters/txrmq/internal/clientinternals"
@@ -27,7 +29,14 @@ import (
 //   - a broker of the client's topics that did not accept connections
 //     accepts them again: it watches each one with a TCP connect per
 //     interval. The topics are those it was built with and those added
-//     with watch (a Publisher adds every topic it sends to);
+//     with watch (a Publisher adds every topic it sends to). A broker
+//     counts as gone when its port refuses the connect (nothing listens
+//     there: the process died), or when two looks in a row got no answer
+//     within probeTimeout (a host or a network that is down). A single
+//     look without an answer is more often the watcher's own process
+//     not running for that long, on a machine short of cores, than the
+//     broker's absence: taken as a death and a return, it would re-create
+//     the consumer's pulls for nothing;
 //
 //   - a broker that the name server's routes lacked at the watcher's last
 //     look (every namesEvery; after 1 s, doubling, while a look finds a
@@ -74,6 +83,9 @@ type reconnector struct {
 
 	interval, minGap, namesEvery time.Duration
 	followUps                    int
+	// probeTimeout bounds one connect of a broker; probe makes it.
+	probeTimeout time.Duration
+	probe        func(addr string, timeout time.Duration) probeResult
 
 	// added holds the topics given to watch; newTopic asks for a route
 	// look-up at the next tick.
@@ -92,6 +104,9 @@ const (
 	reconnectNames    = 5 * time.Second
 	// movedMastersTimeout bounds one look at the name servers' masters.
 	movedMastersTimeout = 2 * time.Second
+	// silentLooks is how many looks in a row without an answer make a
+	// broker gone (a refused connect makes it gone at once).
+	silentLooks = 2
 	// reconnectFollowUps covers a broker's start-up after its port opens
 	// (5 to 15 s on the test machine).
 	reconnectFollowUps = 15
@@ -106,6 +121,7 @@ func newReconnector(log *slog.Logger, topics []string, prober clientinternals.Ro
 	return &reconnector{
 		log: log, prober: prober, refresh: refresh, topics: topics,
 		interval: reconnectInterval, minGap: reconnectMinGap, namesEvery: reconnectNames, followUps: reconnectFollowUps,
+		probeTimeout: reconnectInterval, probe: dialProbe,
 		kickCh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -192,6 +208,7 @@ func (r *reconnector) run() {
 	// moved holds, per broker name, the master address the name server
 	// routed when the watcher last saw it differ from the client's.
 	moved := map[string]string{}
+	silent := map[string]int{} // broker name → looks in a row without an answer
 	var lastNames, prevNames, lastRefresh time.Time
 	pending := false
 	more := 0          // follow-up refreshes still due after a broker's return
@@ -279,7 +296,16 @@ func (r *reconnector) run() {
 				continue
 			}
 			probed := time.Now()
-			up := reachable(addr, r.interval)
+			res := r.probe(addr, r.probeTimeout)
+			if res == probeSilent {
+				silent[name]++
+			} else {
+				delete(silent, name)
+			}
+			if res == probeSilent && !wasDown && silent[name] < silentLooks {
+				continue // not yet gone: decided at the next look
+			}
+			up := res == probeUp
 			since, isNew := appeared[name]
 			delete(appeared, name)
 			brokers[name] = !up
@@ -357,13 +383,27 @@ func (r *reconnector) movedMasters() map[string]string {
 	return out
 }
 
-func reachable(addr string, timeout time.Duration) bool {
+// probeResult is what one connect to a broker found.
+type probeResult int
+
+const (
+	probeUp      probeResult = iota // the connect succeeded
+	probeRefused                    // refused: nothing listens at the address
+	probeSilent                     // no answer in time, or another error
+)
+
+// dialProbe connects to addr over TCP and closes the connection.
+func dialProbe(addr string, timeout time.Duration) probeResult {
 	c, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return false
+	switch {
+	case err == nil:
+		_ = c.Close()
+		return probeUp
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return probeRefused
+	default:
+		return probeSilent
 	}
-	_ = c.Close()
-	return true
 }
 
 // returnSignal passes a broker's return on to its subscribers

@@ -266,3 +266,67 @@ func TestReconnectorRefreshesWhenTheMasterMoves(t *testing.T) {
 	require.Equal(t, n, refreshes.Load(), "the client has the new master: no more refreshes")
 	require.Equal(t, newLn.Addr().String(), p.FindBrokerAddrByName("b"))
 }
+
+// scriptedProbe answers the watcher's connects: silent while silentLeft
+// is above zero (one per probe), refused while refused is set, else up.
+type scriptedProbe struct {
+	silentLeft atomic.Int32
+	refused    atomic.Bool
+	probes     atomic.Int32
+}
+
+func (p *scriptedProbe) probe(string, time.Duration) probeResult {
+	p.probes.Add(1)
+	if p.silentLeft.Add(-1) >= 0 {
+		return probeSilent
+	}
+	p.silentLeft.Store(0)
+	if p.refused.Load() {
+		return probeRefused
+	}
+	return probeUp
+}
+
+// TestReconnectorTakesOneSilentLookForNothing: one connect without an
+// answer between answered ones (the watcher's process held up, not the
+// broker gone) neither refreshes nor signals nor re-creates pulls; two in
+// a row make the broker gone, and its answering again is a return; a
+// refused connect makes it gone at once.
+func TestReconnectorTakesOneSilentLookForNothing(t *testing.T) {
+	p := &scriptedProbe{}
+	var refreshes, signals, stuckCalls atomic.Int32
+	r := newReconnector(slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"t"}, fakeProber{"b:1"}, func() { refreshes.Add(1) })
+	r.probe = p.probe
+	r.returned = func() { signals.Add(1) }
+	r.stuck = func(map[string]time.Time) { stuckCalls.Add(1) }
+	r.interval, r.minGap, r.followUps = 20*time.Millisecond, 20*time.Millisecond, 0
+	r.start()
+	defer r.close()
+
+	// probeAfter waits until the watcher has probed n more times.
+	probeAfter := func(n int32) {
+		t.Helper()
+		from := p.probes.Load()
+		require.Eventually(t, func() bool { return p.probes.Load() >= from+n }, 10*time.Second, 5*time.Millisecond)
+	}
+	probeAfter(3)
+	for i := 0; i < 5; i++ {
+		p.silentLeft.Store(1)
+		probeAfter(3)
+	}
+	require.Zero(t, refreshes.Load(), "single silent looks refreshed")
+	require.Zero(t, signals.Load(), "single silent looks signalled")
+	require.Zero(t, stuckCalls.Load(), "single silent looks re-created pulls")
+
+	p.silentLeft.Store(2)
+	probeAfter(4)
+	require.Eventually(t, func() bool { return refreshes.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "two silent looks and an answer: a return")
+	require.Equal(t, int32(1), signals.Load())
+	require.Equal(t, int32(1), stuckCalls.Load())
+
+	p.refused.Store(true)
+	probeAfter(1)
+	p.refused.Store(false)
+	require.Eventually(t, func() bool { return refreshes.Load() == 2 }, 10*time.Second, 5*time.Millisecond, "one refused look and an answer: a return")
+	require.Equal(t, int32(2), stuckCalls.Load())
+}
