@@ -147,7 +147,8 @@ test-stock:
 ## server 20876; the default-port broker is never touched) from the Maven Central jars, first with asynchronous
 ## replication (scripts/rocketmq.sh --ha), then with synchronous replication (--ha-sync: SYNC_MASTER,
 ## inSyncReplicas=2), then in RocketMQ 5's controller mode (--ha-controller: a controller in the name server, on
-## 20878, elects each group's master), each from an empty store and stopped after. The tests SIGKILL and SIGSTOP
+## 20878, elects each group's master; RocketMQ ROCKETMQ_CONTROLLER_VERSION of scripts/versions.env), each from an
+## empty store and stopped after. The tests SIGKILL and SIGSTOP
 ## masters and slaves under load, fail broker-a over by hand after its slave fell behind (rmq -ha promote), and let
 ## the controller fail it over. Without -race, like test-cluster. About 14 min. See docs/testing.md.
 HA_ENV = TXMSG_HA_NAMESRV=127.0.0.1:20876 TXMSG_HA_BROKERS=broker-a=127.0.0.1:21911,broker-b=127.0.0.1:22911

@@ -113,10 +113,18 @@ func TestHAControllerElectsTheSlave(t *testing.T) {
 		} else {
 			ha.Resume(t, victim)
 		}
-		require.Eventually(t, func() bool {
-			r := replicas()
-			return r.MasterAddr == after.MasterAddr && len(r.SyncStateSet) == 2
-		}, 90*time.Second, 200*time.Millisecond, "%s did not rejoin %s as a slave in the in-sync set", victim, group)
+		// A resumed master steps down only once its delayed-message
+		// service has stopped, which waits 60 s for deliveries blocked
+		// on acknowledgements that no longer come.
+		for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			last := replicas()
+			if last.MasterAddr == after.MasterAddr && len(last.SyncStateSet) == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not rejoin %s as a slave in the in-sync set within 150 s; the controller last said %+v", victim, group, *last)
+			}
+		}
 		l.mu.Lock()
 		r.failed = len(l.failed) - failedBefore
 		l.mu.Unlock()

@@ -119,7 +119,8 @@ type Config struct {
 	// Cache is the cache root. Default <Root>/.cache.
 	Cache string
 	// Version is the RocketMQ version. Default ROCKETMQ_VERSION of
-	// scripts/versions.env.
+	// scripts/versions.env, and for the controller form
+	// ROCKETMQ_CONTROLLER_VERSION.
 	Version string
 	// NameServer is the name server's host:port.
 	NameServer string
@@ -255,8 +256,9 @@ func FindRoot() (string, error) {
 
 var versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 
-// pinnedVersion reads ROCKETMQ_VERSION from scripts/versions.env.
-func pinnedVersion(root string) (string, error) {
+// pinnedVersion reads the version named key (ROCKETMQ_VERSION,
+// ROCKETMQ_CONTROLLER_VERSION) from scripts/versions.env.
+func pinnedVersion(root, key string) (string, error) {
 	f, err := os.Open(filepath.Join(root, "scripts", "versions.env"))
 	if err != nil {
 		return "", err
@@ -264,11 +266,11 @@ func pinnedVersion(root string) (string, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "ROCKETMQ_VERSION="); ok {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), key+"="); ok {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("ROCKETMQ_VERSION missing from %s", f.Name())
+	return "", fmt.Errorf("%s missing from %s", key, f.Name())
 }
 
 func splitHostPort(what, addr string) (string, int, error) {
@@ -310,7 +312,11 @@ func (cfg *Config) normalize() error {
 		cfg.Cache = filepath.Join(cfg.Root, ".cache")
 	}
 	if cfg.Version == "" {
-		v, err := pinnedVersion(cfg.Root)
+		key := "ROCKETMQ_VERSION"
+		if cfg.HA == ReplicationController {
+			key = "ROCKETMQ_CONTROLLER_VERSION"
+		}
+		v, err := pinnedVersion(cfg.Root, key)
 		if err != nil {
 			return err
 		}

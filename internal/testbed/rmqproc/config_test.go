@@ -339,6 +339,36 @@ func TestControllerForm(t *testing.T) {
 	if _, err := newTest(t, old); err == nil || !strings.Contains(err.Error(), "5.1 or later") {
 		t.Fatalf("controller form on 4.9.7: %v", err)
 	}
+	// Without a version, the controller form runs the one pinned for
+	// it, the other forms ROCKETMQ_VERSION.
+	pinned := func(key string) string {
+		v, err := pinnedVersion(in.cfg.Root, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	unset := cfg
+	unset.Version = ""
+	in, err = newTest(t, unset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pinned("ROCKETMQ_CONTROLLER_VERSION"); in.cfg.Version != want {
+		t.Fatalf("controller form without a version runs %s, want %s", in.cfg.Version, want)
+	}
+	unset.HA = ReplicationSync
+	in, err = newTest(t, unset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pinned("ROCKETMQ_VERSION"); in.cfg.Version != want {
+		t.Fatalf("sync form without a version runs %s, want %s", in.cfg.Version, want)
+	}
+	if pinned("ROCKETMQ_VERSION") == pinned("ROCKETMQ_CONTROLLER_VERSION") {
+		t.Log("the two pinned versions are equal: the check above cannot tell them apart")
+	}
+
 	clash := cfg
 	clash.NameServer = "127.0.0.1:43907" // controller on 43909, within broker-a's 43909-43912
 	if _, err := newTest(t, clash); err == nil || !strings.Contains(err.Error(), "controller's port") {
