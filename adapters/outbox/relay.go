@@ -212,10 +212,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		var res cycleResult
 		var err error
 		r.cycle.sent, r.cycle.waiting, r.cycle.err = 0, 0, nil
-		// A nudge that came before this cycle's claim is answered by it.
-		r.nudged = false
-		r.takeNudge()
-		r.nudged = false
+		r.forgetNudge()
 		if r.cfg.Ordered {
 			res, err = r.cycleOrdered(ctx)
 		} else {
@@ -257,6 +254,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// forgetNudge drops a nudge that came before the cycle about to begin:
+// that cycle's claim answers it.
+func (r *Relay) forgetNudge() {
+	r.nudged = false
+	select {
+	case <-r.wake:
+	default:
+	}
 }
 
 // takeNudge reports whether the Outbox was nudged since the current cycle
