@@ -455,11 +455,18 @@ func startPinned(ctx context.Context, pc interface{ Shutdown() error }, group st
 // pull that was in flight, a broker long poll of up to 20 s, may still
 // send on it when it returns, a data race and at worst a "send on closed
 // channel" panic that ends the process. A released queue is not closed,
-// and a pull that comes back on it stores nothing. If the pinned client's
-// internals are not there, it shuts down as the client alone would.
+// and a pull that comes back on it stores nothing. Then it shuts the
+// consumer down holding the client's rebalance lock, so that the rebalance
+// Start began in the background does not race with Shutdown
+// (clientinternals.RebalanceLockOf). If the pinned client's internals are
+// not there, it shuts down as the client alone would.
 func shutdownConsumer(pc interface{ Shutdown() error }, log *slog.Logger) error {
 	if _, err := clientinternals.ReleaseQueues(pc); err != nil {
 		log.Warn("could not release the consumer's queues before shutdown", "err", err)
+	}
+	if mu, err := clientinternals.RebalanceLockOf(pc); err == nil {
+		mu.Lock()
+		defer mu.Unlock()
 	}
 	return pc.Shutdown()
 }

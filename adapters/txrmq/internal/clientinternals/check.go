@@ -58,6 +58,9 @@ func Check(txp, p, pc any) (err error) {
 	if _, err := PendingRequests(pc); err != nil {
 		return fmt.Errorf("push consumer: %w", err)
 	}
+	if _, err := RebalanceLockOf(pc); err != nil {
+		return fmt.Errorf("push consumer: %w", err)
+	}
 	if _, err := Buffered(pc); err != nil {
 		return fmt.Errorf("push consumer: %w", err)
 	}

@@ -127,6 +127,25 @@ func TestPinnedClientHasWhatWeReachFor(t *testing.T) {
 	r()
 	require.Empty(t, rp.FindBrokerAddrByName("no_such_broker"))
 
+	// The rebalance lock, on both kinds of consumer, is the one the
+	// client's RebalanceImmediately takes.
+	for _, c := range []any{pc, pull} {
+		mu, err := RebalanceLockOf(c)
+		require.NoError(t, err, "%T", c)
+		cl, err := consumerClient(c)
+		require.NoError(t, err, "%T", c)
+		mu.Lock()
+		done := make(chan struct{})
+		go func() { cl.RebalanceImmediately(); close(done) }()
+		select {
+		case <-done:
+			t.Fatalf("%T: RebalanceImmediately ran while the lock was held: not its lock", c)
+		case <-time.After(100 * time.Millisecond):
+		}
+		mu.Unlock()
+		<-done
+	}
+
 	// Releasing queues, on both kinds of consumer: the table, the paused
 	// flag, the client's rebalance lock and the offset save are there, and
 	// the values the table holds (process queues, which a pull request
@@ -282,6 +301,8 @@ func TestMissingInternalsAreErrorsNotPanics(t *testing.T) {
 		_, err = ConsumerRequester(v)
 		require.Error(t, err)
 		_, err = HeldQueues(v)
+		require.Error(t, err)
+		_, err = RebalanceLockOf(v)
 		require.Error(t, err)
 		_, _, err = ConsumedOffset(v, primitive.MessageQueue{})
 		require.Error(t, err)

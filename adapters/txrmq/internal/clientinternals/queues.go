@@ -165,6 +165,38 @@ func ReleaseQueues(c any) (n int, err error) {
 	return len(keys), nil
 }
 
+// fieldRebalanceLock is the client's (*rmqClient) sync.Mutex that its
+// RebalanceImmediately and RebalanceIfNotPaused hold while they run.
+const fieldRebalanceLock = "rbMutex"
+
+// RebalanceLockOf returns the rebalance lock of the client behind a push
+// or a pull consumer (as the client's constructors return them).
+//
+// Why: Start runs a rebalance in a goroutine of its own
+// (RebalanceImmediately, which does not look at the paused flag), and
+// every request it sends reads the client's closed flag, which the
+// client's Shutdown sets without synchronisation: a data race when Close
+// follows Start closely. Holding this lock across Shutdown, such a
+// rebalance either ends before Shutdown begins or begins after it has
+// ended, and finds the client closed. Nothing in the client's Shutdown
+// takes the lock. Take it after ReleaseQueues, which takes it too.
+func RebalanceLockOf(c any) (mu *sync.Mutex, err error) {
+	defer guard(&err)
+	cl, err := clientOf(reflect.ValueOf(c))
+	if err != nil {
+		return nil, err
+	}
+	f, err := field(cl.Elem(), fieldRebalanceLock)
+	if err != nil {
+		return nil, err
+	}
+	mu, ok := f.Addr().Interface().(*sync.Mutex)
+	if !ok {
+		return nil, fmt.Errorf("%s.%s is %s, not sync.Mutex", cl.Elem().Type(), fieldRebalanceLock, f.Type())
+	}
+	return mu, nil
+}
+
 // fieldLastPullTime is the *processQueue's time of the last pull a pull
 // loop started (an atomic.Value holding a time.Time). The push consumer's
 // rebalance drops and re-creates a queue whose last pull is older than the
