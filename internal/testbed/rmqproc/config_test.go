@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -373,5 +374,37 @@ func TestControllerForm(t *testing.T) {
 	clash.NameServer = "127.0.0.1:43907" // controller on 43909, within broker-a's 43909-43912
 	if _, err := newTest(t, clash); err == nil || !strings.Contains(err.Error(), "controller's port") {
 		t.Fatalf("controller port on a broker's: %v", err)
+	}
+}
+
+// TestRunningFollowsTheLaunchedProcess: a JVM this Instance launched runs
+// until its process exits, whatever its pid file says (none here, as when
+// it was read at the wrong moment); a component it did not launch is
+// looked up by its pid file.
+func TestRunningFollowsTheLaunchedProcess(t *testing.T) {
+	in, err := newTest(t, Config{NameServer: "127.0.0.1:47876", Brokers: []Broker{{"broker-a", "127.0.0.1:47911"}}, Version: "5.3.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := in.brokers[0]
+	if in.running(c) {
+		t.Fatal("a broker never launched and without a pid file runs")
+	}
+	cmd := exec.Command("sleep", "0.5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exit := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exit) }()
+	in.jvms.add(c.dir, cmd.Process.Pid, exit)
+	if _, ok := c.pid(); ok {
+		t.Fatal("the component has no pid file, yet pid() found it")
+	}
+	if !in.running(c) {
+		t.Fatal("a launched process that has not exited does not run")
+	}
+	<-exit
+	if in.running(c) {
+		t.Fatal("a launched process that exited runs")
 	}
 }

@@ -248,7 +248,7 @@ func (in *Instance) waitElected(ctx context.Context, brokerName string, c compon
 			in.logf("the controller elected %s the master of %s", addr, brokerName)
 			return nil
 		}
-		if _, ok := c.pid(); !ok {
+		if !in.running(c) {
 			return exited(c)
 		}
 		select {
@@ -284,7 +284,7 @@ func (in *Instance) waitInSync(ctx context.Context, brokerName string, slave com
 		} else {
 			last = fmt.Sprintf("in-sync set %v", r.SyncStateSet)
 		}
-		if _, ok := slave.pid(); !ok {
+		if !in.running(slave) {
 			return exited(slave)
 		}
 		select {

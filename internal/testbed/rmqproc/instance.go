@@ -28,6 +28,8 @@ type Instance struct {
 	ns      component
 	brokers []component
 	dir     string // the instance's directory (the name server's)
+	// jvms holds the JVMs this Instance launched, to tell when one exits.
+	jvms *launched
 }
 
 // New checks cfg and returns its instance. It starts nothing.
@@ -35,7 +37,7 @@ func New(cfg Config) (*Instance, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	in := &Instance{cfg: cfg}
+	in := &Instance{cfg: cfg, jvms: &launched{}}
 	nsHost, nsPort, _ := splitHostPort("name server", cfg.NameServer)
 	in.nsHost = nsHost
 	vdir := in.versionDir()
@@ -309,7 +311,7 @@ func (in *Instance) Start(ctx context.Context, broker string) error {
 		map[bool]string{true: " to every broker", false: ""}[in.cfg.Cluster])
 	err = waitReady(ctx, in.cfg.NameServer, in.brokerList(), in.cfg.Log, func() error {
 		for _, c := range started {
-			if _, ok := c.pid(); !ok {
+			if !in.running(c) {
 				return exited(c)
 			}
 		}
@@ -647,7 +649,7 @@ func (in *Instance) waitReplicating(ctx context.Context, slave component) error 
 			in.logf("%s replicates from its master (HA port %d)", slave.name, haPort)
 			return nil
 		}
-		if _, ok := slave.pid(); !ok {
+		if !in.running(slave) {
 			return exited(slave)
 		}
 		select {

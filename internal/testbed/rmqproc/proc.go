@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -192,7 +193,9 @@ func (in *Instance) launch(c component, heap ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the %s JVM: %w", c.name, err)
 	}
-	go func() { _ = cmd.Wait() }()
+	exit := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exit) }()
+	in.jvms.add(c.dir, cmd.Process.Pid, exit)
 	if err := os.WriteFile(c.pidFile(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		_ = cmd.Process.Kill()
 		return err
@@ -256,7 +259,7 @@ func (in *Instance) waitPort(c component, d time.Duration) error {
 		if portOpen(c.addr()) {
 			return nil
 		}
-		if _, ok := c.pid(); !ok {
+		if !in.running(c) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -281,6 +284,58 @@ func tail(path string, n int, skip func(string) bool) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// launched records the JVMs an Instance started: per component
+// directory, the pid and a channel closed when the process has exited.
+type launched struct {
+	mu   sync.Mutex
+	jvms map[string]launchedJVM
+}
+
+type launchedJVM struct {
+	pid  int
+	exit <-chan struct{}
+}
+
+func (l *launched) add(dir string, pid int, exit <-chan struct{}) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.jvms == nil {
+		l.jvms = map[string]launchedJVM{}
+	}
+	l.jvms[dir] = launchedJVM{pid, exit}
+}
+
+func (l *launched) get(dir string) (launchedJVM, bool) {
+	if l == nil {
+		return launchedJVM{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	j, ok := l.jvms[dir]
+	return j, ok
+}
+
+// running reports whether c's JVM runs. One this Instance launched runs
+// until the process it waits on has exited: the pid file and /proc, which
+// [component.pid] reads, once took a JVM still starting for one that had
+// exited (its pid file removed, the test bed lost it while it ran on).
+// Others are looked up by their pid file.
+func (in *Instance) running(c component) bool {
+	if j, ok := in.jvms.get(c.dir); ok {
+		select {
+		case <-j.exit:
+			return false
+		default:
+			return true
+		}
+	}
+	_, ok := c.pid()
+	return ok
 }
 
 // exited describes a component whose JVM died during start-up, with the
