@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -579,6 +580,21 @@ func TestHASlaveActingMasterEscapesHalfMessages(t *testing.T) {
 		}
 		return len(onDead) > 0
 	}, 20*time.Second, 500*time.Millisecond, "none of the child's half messages is on %s (%s)", group, masterAddr)
+	// Replication is asynchronous: the slave can act only for the half
+	// messages it has. Kill the master once the slave holds all it wrote.
+	slaveAddr := ha.Procs.SlaveAddr(group)
+	maxOffset := func(addr string) int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		info, err := rmqwire.RuntimeInfo(ctx, addr, false)
+		require.NoError(t, err, addr)
+		n, err := strconv.ParseInt(info["commitLogMaxOffset"], 10, 64)
+		require.NoError(t, err, "commitLogMaxOffset of %s", addr)
+		return n
+	}
+	written := maxOffset(masterAddr)
+	require.Eventually(t, func() bool { return maxOffset(slaveAddr) >= written }, 30*time.Second, 200*time.Millisecond,
+		"the slave of %s (%s) did not replicate the master's commit log up to %d", group, slaveAddr, written)
 	ha.Kill(t, dead)
 	killedAt := time.Now()
 
