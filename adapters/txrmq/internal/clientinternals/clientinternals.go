@@ -84,6 +84,17 @@ func txInner(txp any) (reflect.Value, error) {
 	return dp, nil
 }
 
+// clientField returns the field name of the client (the concrete
+// *rmqClient) behind component, a producer or a consumer as the client's
+// constructors return them.
+func clientField(component any, name string) (reflect.Value, error) {
+	c, err := clientOf(reflect.ValueOf(component))
+	if err != nil {
+		return reflect.Value{}, err
+	}
+	return field(c.Elem(), name)
+}
+
 // clientOf returns the internal.RMQClient held by component's client field.
 func clientOf(component reflect.Value) (reflect.Value, error) {
 	c, err := field(component, fieldClient)

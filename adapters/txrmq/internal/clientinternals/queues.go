@@ -182,17 +182,13 @@ const fieldRebalanceLock = "rbMutex"
 // takes the lock. Take it after ReleaseQueues, which takes it too.
 func RebalanceLockOf(c any) (mu *sync.Mutex, err error) {
 	defer guard(&err)
-	cl, err := clientOf(reflect.ValueOf(c))
-	if err != nil {
-		return nil, err
-	}
-	f, err := field(cl.Elem(), fieldRebalanceLock)
+	f, err := clientField(c, fieldRebalanceLock)
 	if err != nil {
 		return nil, err
 	}
 	mu, ok := f.Addr().Interface().(*sync.Mutex)
 	if !ok {
-		return nil, fmt.Errorf("%s.%s is %s, not sync.Mutex", cl.Elem().Type(), fieldRebalanceLock, f.Type())
+		return nil, fmt.Errorf("the client's %s is %s, not sync.Mutex", fieldRebalanceLock, f.Type())
 	}
 	return mu, nil
 }

@@ -23,11 +23,7 @@ const (
 // there until its own timeout.
 func PendingRequests(component any) (opaques []int32, err error) {
 	defer guard(&err)
-	c, err := clientOf(reflect.ValueOf(component))
-	if err != nil {
-		return nil, err
-	}
-	rc, err := field(c.Elem(), fieldRemoteClient)
+	rc, err := clientField(component, fieldRemoteClient)
 	if err != nil {
 		return nil, err
 	}
