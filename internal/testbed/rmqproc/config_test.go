@@ -396,7 +396,7 @@ func TestRunningFollowsTheLaunchedProcess(t *testing.T) {
 	}
 	exit := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exit) }()
-	in.jvms.add(c.dir, cmd.Process.Pid, exit)
+	in.jvms.add(c.dir, exit)
 	if _, ok := c.pid(); ok {
 		t.Fatal("the component has no pid file, yet pid() found it")
 	}

@@ -195,7 +195,7 @@ func (in *Instance) launch(c component, heap ...string) error {
 	}
 	exit := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exit) }()
-	in.jvms.add(c.dir, cmd.Process.Pid, exit)
+	in.jvms.add(c.dir, exit)
 	if err := os.WriteFile(c.pidFile(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		_ = cmd.Process.Kill()
 		return err
@@ -287,37 +287,32 @@ func tail(path string, n int, skip func(string) bool) string {
 }
 
 // launched records the JVMs an Instance started: per component
-// directory, the pid and a channel closed when the process has exited.
+// directory, a channel closed when the process has exited.
 type launched struct {
 	mu   sync.Mutex
-	jvms map[string]launchedJVM
+	jvms map[string]<-chan struct{}
 }
 
-type launchedJVM struct {
-	pid  int
-	exit <-chan struct{}
-}
-
-func (l *launched) add(dir string, pid int, exit <-chan struct{}) {
+func (l *launched) add(dir string, exit <-chan struct{}) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.jvms == nil {
-		l.jvms = map[string]launchedJVM{}
+		l.jvms = map[string]<-chan struct{}{}
 	}
-	l.jvms[dir] = launchedJVM{pid, exit}
+	l.jvms[dir] = exit
 }
 
-func (l *launched) get(dir string) (launchedJVM, bool) {
+func (l *launched) get(dir string) (<-chan struct{}, bool) {
 	if l == nil {
-		return launchedJVM{}, false
+		return nil, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	j, ok := l.jvms[dir]
-	return j, ok
+	exit, ok := l.jvms[dir]
+	return exit, ok
 }
 
 // running reports whether c's JVM runs. One this Instance launched runs
@@ -326,9 +321,9 @@ func (l *launched) get(dir string) (launchedJVM, bool) {
 // exited (its pid file removed, the test bed lost it while it ran on).
 // Others are looked up by their pid file.
 func (in *Instance) running(c component) bool {
-	if j, ok := in.jvms.get(c.dir); ok {
+	if exit, ok := in.jvms.get(c.dir); ok {
 		select {
-		case <-j.exit:
+		case <-exit:
 			return false
 		default:
 			return true
