@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/txmsg/txmsg/adapters/outbox"
@@ -32,6 +34,7 @@ type ackClock struct {
 	acked     map[string]time.Time // acknowledged before the commit was recorded
 	stages    []stageRec           // measured messages, acknowledged
 	publish   latencies            // every Publish call's duration
+	calls     []span               // every Publish call, for the relay's timeline
 	batch     []int                // every Publish call's size
 	early     int                  // measured, acknowledged before Transact returned
 	claimAt   atomic.Int64         // UnixNano of the start of the relay's last claim SELECT; 0 before the first
@@ -60,6 +63,7 @@ func (c *ackClock) Publish(ctx context.Context, msgs ...*txmsg.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.publish = append(c.publish, now.Sub(called))
+	c.calls = append(c.calls, span{kind: waitPublish, start: called, end: now})
 	c.batch = append(c.batch, len(msgs))
 	for i, m := range msgs {
 		if partial && be.Errs[i] != nil {
@@ -247,10 +251,21 @@ func (b *bench) runB5(ctx context.Context) error {
 	// The relay on a pool of its own, so that callbacks can mark the start
 	// and end of each claim (its SELECT … FOR UPDATE) without seeing other
 	// queries.
-	relayDB, err := openPool(b.env.dsn, 4)
+	// Its connections are dialled through the timing dialer, which keeps
+	// the relay's timeline (timeline.go).
+	relayDSN, err := mysql.ParseDSN(b.env.dsn)
 	if err != nil {
 		return err
 	}
+	if relayDSN.Net == "tcp" {
+		registerTimedNet()
+		relayDSN.Net = timedNet
+	}
+	relayDB, err := openPool(relayDSN.FormatDSN(), 4)
+	if err != nil {
+		return err
+	}
+	relayWire.take()
 	defer func() {
 		if s, err := relayDB.DB(); err == nil {
 			_ = s.Close()
@@ -303,12 +318,10 @@ func (b *bench) runB5(ctx context.Context) error {
 		return err
 	}
 	limit := 4 * b.cfg.Workers
-	var (
-		late, missing int
-		stages        []stageRec
-		seq           atomic.Int64
-	)
+	obs := &b5Obs{rate: rate, clock: clock}
+	var seq atomic.Int64
 	outboxSide := side{name: "B5", trial: func(ctx context.Context, label string, warm, d time.Duration) (loadResult, error) {
+		h0 := readRuntimeHists()
 		res := b.openLoop(ctx, label, rate, warm, d, limit, func(ctx context.Context, _ int64, measured bool) (time.Duration, bool, error) {
 			o, evt := newOrder(seq.Add(1))
 			id := txmsg.NewID()
@@ -323,14 +336,17 @@ func (b *bench) runB5(ctx context.Context) error {
 		for clock.outstanding() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
+		h1 := readRuntimeHists()
 		if n := clock.outstanding(); n > 0 && !isWarmUp(label) {
-			missing += n
+			obs.missing += n
 			res.errs += int64(n)
 		}
 		got := clock.take()
 		if !isWarmUp(label) {
-			stages = append(stages, got...)
-			late += res.late
+			obs.stages = append(obs.stages, got...)
+			obs.late += res.late
+			obs.sched.add(h0.sched, h1.sched)
+			obs.gc.add(h0.gc, h1.gc)
 		}
 		res.lat = res.lat[:0]
 		for _, s := range got {
@@ -361,7 +377,7 @@ func (b *bench) runB5(ctx context.Context) error {
 		if isWarmUp(label) {
 			return res.loadResult, ctx.Err()
 		}
-		late += res.late
+		obs.late += res.late
 		if res.ops == 0 {
 			return res.loadResult, fmt.Errorf("no raw send succeeded: %v", res.firstEr)
 		}
@@ -371,13 +387,30 @@ func (b *bench) runB5(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.recordLatency(runs, rate, late, missing, stages, clock)
+	obs.spans = relayWire.take()
+	b.recordLatency(runs, obs)
 	return nil
+}
+
+// b5Obs is what B5's trials observed besides their latencies.
+type b5Obs struct {
+	rate          float64
+	late, missing int        // sends started late; commits never acknowledged
+	stages        []stageRec // the measured messages' stages
+	clock         *ackClock
+	// spans is the relay's timeline over the phase: with its Publish
+	// calls, it splits the commit → claim stage of the slowest 1 %, and
+	// it gives the relay's transactions' durations.
+	spans []span
+	// sched and gc are the benchmark process's scheduling latencies and
+	// GC pauses during the measured B5 trials (sched.go).
+	sched, gc histAcc
 }
 
 // recordLatency records B5 and R5: each side's percentiles per round, the
 // ratios of B5's to R5's per round, and the stages of B5's latency.
-func (b *bench) recordLatency(runs trialRuns, rate float64, late, missing int, stages []stageRec, clock *ackClock) {
+func (b *bench) recordLatency(runs trialRuns, obs *b5Obs) {
+	rate, clock, stages, spans := obs.rate, obs.clock, obs.stages, obs.spans
 	pcts := []struct {
 		name string
 		p    float64
@@ -403,13 +436,22 @@ func (b *bench) recordLatency(runs trialRuns, rate float64, late, missing int, s
 	m, _ := runs.merged("B5")
 	b.res.extra["outbox_latency_p90_ms"] = m.lat.pct(90)
 	b.res.extra["outbox_latency_max_ms"] = m.lat.pct(100)
-	tail := tailOf(stages, 1)
-	b.res.extra["outbox_stages_ms"] = stagePercentiles(stages)
-	b.res.extra["outbox_tail_1pct"] = tail.summary()
-
 	clock.mu.Lock()
 	publish, batches, early := clock.publish, clock.batch, clock.early
+	calls := slices.Clone(clock.calls)
 	clock.mu.Unlock()
+	tail := tailOf(stages, 1)
+	cycles := cycleDurations(spans)
+	if len(spans) > 0 {
+		tail = tail.withWaits(append(spans, calls...))
+		b.res.extra["relay_tx_ms"] = map[string]any{"count": len(cycles), "p50": round3(cycles.pct(50)), "p99": round3(cycles.pct(99)),
+			"p999": round3(cycles.pct(99.9)), "max": round3(cycles.pct(100))}
+	}
+	b.res.extra["outbox_stages_ms"] = stagePercentiles(stages)
+	b.res.extra["outbox_sched_latency"] = obs.sched.summary()
+	b.res.extra["outbox_gc_pauses"] = obs.gc.summary()
+	b.res.extra["outbox_tail_1pct"] = tail.summary()
+
 	meanBatch := 0.0
 	for _, n := range batches {
 		meanBatch += float64(n)
@@ -421,8 +463,13 @@ func (b *bench) recordLatency(runs trialRuns, rate float64, late, missing int, s
 	note := fmt.Sprintf("offered %.0f commits/s open-loop, 1 relay; Publish p50 %.2f / p99 %.2f ms, %.1f messages per call; "+
 		"%d acks raced Transact's return (counted as 0 ms); slowest 1%%: %s",
 		rate, publish.pct(50), publish.pct(99), meanBatch, early, tail)
-	if late > 0 || missing > 0 {
-		note += fmt.Sprintf("; %d sends started late, %d commits never acknowledged", late, missing)
+	if len(cycles) > 0 {
+		note += fmt.Sprintf("; relay transactions p50 %.1f / p99 %.1f ms", cycles.pct(50), cycles.pct(99))
+	}
+	note += fmt.Sprintf("; goroutines waited for a core p99 %.2f / max %.1f ms; GC pauses %d, p99 %.2f / max %.1f ms",
+		obs.sched.pct(99), obs.sched.pct(100), obs.gc.total(), obs.gc.pct(99), obs.gc.pct(100))
+	if obs.late > 0 || obs.missing > 0 {
+		note += fmt.Sprintf("; %d sends started late, %d commits never acknowledged", obs.late, obs.missing)
 	}
 	if x, ok := runs.row("B5", "outbox commit -> broker ack, relay + nudge", "msg/s"); ok {
 		x.Note = strings.TrimPrefix(x.Note+"; "+note, "; ")

@@ -27,6 +27,9 @@ type stageRec struct {
 	parts [4]time.Duration
 	split bool // parts are known
 	early bool // acknowledged before Transact returned; counted as 0
+	// commit and claimAt bound the commit → claim stage, for its split
+	// over the relay's timeline (timeline.go).
+	commit, claimAt time.Time
 }
 
 // newStageRec splits the latency of a message committed at commit and
@@ -35,7 +38,7 @@ type stageRec struct {
 // returns, just after its COMMIT, so a claim may start a little before it:
 // that stage then counts as 0.
 func newStageRec(commit, claimAt, claimEnd, called, ack time.Time) stageRec {
-	r := stageRec{total: ack.Sub(commit)}
+	r := stageRec{total: ack.Sub(commit), commit: commit, claimAt: claimAt}
 	r.parts[3] = ack.Sub(called)
 	if claimAt.UnixNano() > 0 && !called.Before(claimEnd) && !claimEnd.Before(claimAt) {
 		r.parts[0] = max(claimAt.Sub(commit), 0)
@@ -64,6 +67,10 @@ type tailSummary struct {
 	mean  [4]time.Duration
 	total time.Duration // mean total
 	split int           // of the n, those whose stages are known
+	// waits splits their commit → claim stages over the relay's
+	// timeline, when it was given (withWaits).
+	waits waitSplit
+	slow  []stageRec // the n slowest
 }
 
 // tailOf summarises the slowest pct percent of recs (at least one).
@@ -76,6 +83,7 @@ func tailOf(recs []stageRec, pct float64) tailSummary {
 	slices.SortFunc(s, func(a, b stageRec) int { return int(b.total - a.total) })
 	t.n = max(int(math.Ceil(float64(len(s))*pct/100)), 1)
 	s = s[:t.n]
+	t.slow = s
 	t.from = s[len(s)-1].total
 	var sum time.Duration
 	var parts [4]time.Duration
@@ -97,6 +105,19 @@ func tailOf(recs []stageRec, pct float64) tailSummary {
 	return t
 }
 
+// withWaits splits the commit → claim stage of the split messages among
+// t's over spans, the relay's timeline.
+func (t tailSummary) withWaits(spans []span) tailSummary {
+	var windows [][2]time.Time
+	for _, r := range t.slow {
+		if r.split {
+			windows = append(windows, [2]time.Time{r.commit, later(r.claimAt, r.commit)})
+		}
+	}
+	t.waits = splitWaits(spans, windows)
+	return t
+}
+
 // largest is the name of the stage with the largest mean.
 func (t tailSummary) largest() string {
 	i := 0
@@ -115,8 +136,12 @@ func (t tailSummary) String() string {
 	if t.split == 0 {
 		return fmt.Sprintf("%d messages of %.1f ms and more, mean %.1f ms, no stage known", t.n, ms(t.from), ms(t.total))
 	}
-	return fmt.Sprintf("%d messages of %.1f ms and more, mean %.1f ms = commit -> claim %.1f + claim %.1f + claimed -> Publish %.1f + Publish -> ack %.1f ms (means of the %d split); largest: %s",
+	s := fmt.Sprintf("%d messages of %.1f ms and more, mean %.1f ms = commit -> claim %.1f + claim %.1f + claimed -> Publish %.1f + Publish -> ack %.1f ms (means of the %d split); largest: %s",
 		t.n, ms(t.from), ms(t.total), ms(t.mean[0]), ms(t.mean[1]), ms(t.mean[2]), ms(t.mean[3]), t.split, t.largest())
+	if t.waits != nil {
+		s += "; the relay during commit -> claim: " + t.waits.String(t.split)
+	}
+	return s
 }
 
 // summary is t for the JSON details.
@@ -127,6 +152,9 @@ func (t tailSummary) summary() map[string]any {
 			m[name+"_mean_ms"] = round3(ms(t.mean[i]))
 		}
 		m["largest"] = t.largest()
+		if t.waits != nil {
+			m["commit_to_claim_waits_mean_ms"] = t.waits.means(t.split)
+		}
 	}
 	return m
 }
