@@ -31,15 +31,21 @@ const wireNet = "txbench_count"
 var wire = &wireCounter{}
 
 var registerWireNet = sync.OnceFunc(func() {
-	mysql.RegisterDialContext(wireNet, func(ctx context.Context, addr string) (net.Conn, error) {
+	registerWrappedNet(wireNet, func(c net.Conn) net.Conn { return &countingConn{Conn: c, w: wire} })
+})
+
+// registerWrappedNet registers, for the MySQL driver, a network name whose
+// connections are TCP connections wrapped by wrap.
+func registerWrappedNet(name string, wrap func(net.Conn) net.Conn) {
+	mysql.RegisterDialContext(name, func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
-		return &countingConn{Conn: c, w: wire}, nil
+		return wrap(c), nil
 	})
-})
+}
 
 // wireCounter totals what every counting connection sent and received.
 type wireCounter struct {

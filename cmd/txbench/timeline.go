@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // The B5 relay's timeline: what its own connections to the database were
@@ -28,14 +25,7 @@ const timedNet = "txbench_timed"
 var relayWire = &timeline{}
 
 var registerTimedNet = sync.OnceFunc(func() {
-	mysql.RegisterDialContext(timedNet, func(ctx context.Context, addr string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		return &timedConn{Conn: c, t: relayWire}, nil
-	})
+	registerWrappedNet(timedNet, func(c net.Conn) net.Conn { return &timedConn{Conn: c, t: relayWire} })
 })
 
 // span is one interval of the relay's timeline.
