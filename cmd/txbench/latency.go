@@ -446,6 +446,7 @@ func (b *bench) recordLatency(runs trialRuns, obs *b5Obs) {
 		tail = tail.withWaits(append(spans, calls...))
 		b.res.extra["relay_tx_ms"] = map[string]any{"count": len(cycles), "p50": round3(cycles.pct(50)), "p99": round3(cycles.pct(99)),
 			"p999": round3(cycles.pct(99.9)), "max": round3(cycles.pct(100))}
+		b.res.extra["relay_round_trips_ms"] = kindPercentiles(append(spans, calls...))
 	}
 	b.res.extra["outbox_stages_ms"] = stagePercentiles(stages)
 	b.res.extra["outbox_sched_latency"] = obs.sched.summary()

@@ -234,3 +234,17 @@ func cycleDurations(spans []span) latencies {
 	}
 	return out
 }
+
+// kindPercentiles are p50, p99 and the largest duration of each kind of
+// the relay's round trips (and Publish calls), and how many there were.
+func kindPercentiles(spans []span) map[string]map[string]float64 {
+	by := map[string]latencies{}
+	for _, sp := range spans {
+		by[sp.kind] = append(by[sp.kind], sp.end.Sub(sp.start))
+	}
+	out := map[string]map[string]float64{}
+	for k, l := range by {
+		out[k] = map[string]float64{"count": float64(len(l)), "p50": round3(l.pct(50)), "p99": round3(l.pct(99)), "max": round3(l.pct(100))}
+	}
+	return out
+}

@@ -55,6 +55,10 @@ func TestSplitWaits(t *testing.T) {
 	require.Len(t, w, 1)
 	require.Equal(t, map[string]float64{waitBegin: 1, waitDueIDs: 0, waitClaim: 0, waitBodies: 0, waitPublish: 0, waitMark: 0, waitCommit: 0, waitOther: 0, waitRelayCPU: 0}, w.means(2))
 
+	k := kindPercentiles(spans)
+	require.Equal(t, map[string]float64{"count": 2, "p50": 1, "p99": 1, "max": 1}, k[waitBegin])
+	require.Equal(t, map[string]float64{"count": 1, "p50": 8, "p99": 8, "max": 8}, k[waitMark])
+
 	// Transactions: from the first begin to the commit.
 	d := cycleDurations(append(spans, span{waitBegin, at(41), at(42)}, span{waitCommit, at(50), at(52)}))
 	require.Equal(t, latencies{25 * time.Millisecond, 12 * time.Millisecond}, d)
