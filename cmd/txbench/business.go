@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
@@ -27,6 +29,22 @@ type bench struct {
 	env      *env
 	progress *progress
 	res      *results
+	// checkBacks counts the check-backs each transactional side (B2, F2
+	// and their realistic pairs) was asked, by phase.
+	checkBacks sync.Map // string → *atomic.Int64
+}
+
+// checkBackCounter is phase's check-back count.
+func (b *bench) checkBackCounter(phase string) *atomic.Int64 {
+	c, _ := b.checkBacks.LoadOrStore(strings.ToUpper(phase), new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+// countCheckBacks is a txmsg hook that counts check-backs.
+type countCheckBacks struct{ n *atomic.Int64 }
+
+func (c countCheckBacks) OnCheckBack(string, string, string, txmsg.LocalState, error, time.Duration) {
+	c.n.Add(1)
 }
 
 func (b *bench) phase(ctx context.Context, p string) error {
@@ -156,6 +174,18 @@ func (b *bench) runBusiness(ctx context.Context, w workload) error {
 		return err
 	}
 	b.res.business(runs, w.suffix)
+	// Check-backs cost the broker and the producer work that the
+	// transactional sides' rates include: a side asked for many more
+	// than its partner did not pay the same price per transaction.
+	counts := map[string]int64{}
+	for _, base := range []string{"b2", "f2"} {
+		if id := base + w.suffix; b.cfg.enabled(id) {
+			counts[strings.ToUpper(id)] = b.checkBackCounter(id).Load()
+		}
+	}
+	if len(counts) > 0 {
+		b.res.extra["check_backs_"+strings.ReplaceAll(group, "-", "_")] = counts
+	}
 	return nil
 }
 
@@ -265,6 +295,7 @@ func (b *bench) opB2(ctx context.Context, w workload, id string) (op, func(), er
 	tr, err := txrmq.NewTransactional(b.env.db, chk, txrmq.TransactionalConfig{
 		Conn: txrmq.Conn{NameServers: []string{b.cfg.NameServer}, Logger: b.log}, Group: b.env.group(id),
 		Topics: []string{topic},
+		Hooks:  txmsg.Hooks{countCheckBacks{b.checkBackCounter(id)}},
 	})
 	if err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	rmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -36,7 +37,8 @@ func (b *bench) opF2(ctx context.Context, w workload, id string) (op, func(), er
 	if err != nil {
 		return nil, nil, err
 	}
-	l := &floorListener{db: b.env.db, pending: map[string]func(context.Context, *gorm.DB) error{}, errs: map[string]error{}}
+	l := &floorListener{db: b.env.db, pending: map[string]func(context.Context, *gorm.DB) error{}, errs: map[string]error{},
+		checkBacks: b.checkBackCounter(id)}
 	p, err := rmq.NewTransactionProducer(l,
 		producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.cfg.NameServer})),
 		producer.WithGroupName(b.env.group(id)),
@@ -82,6 +84,8 @@ type floorListener struct {
 	mu      sync.Mutex
 	pending map[string]func(context.Context, *gorm.DB) error
 	errs    map[string]error
+	// checkBacks counts CheckLocalTransaction calls.
+	checkBacks *atomic.Int64
 }
 
 func (l *floorListener) put(key string, write func(context.Context, *gorm.DB) error) {
@@ -122,6 +126,7 @@ func (l *floorListener) ExecuteLocalTransaction(m *primitive.Message) primitive.
 
 // CheckLocalTransaction answers COMMIT.
 func (l *floorListener) CheckLocalTransaction(*primitive.MessageExt) primitive.LocalTransactionState {
+	l.checkBacks.Add(1)
 	return primitive.CommitMessageState
 }
 
