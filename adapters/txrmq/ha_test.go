@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -588,8 +587,8 @@ func TestHASlaveActingMasterEscapesHalfMessages(t *testing.T) {
 		defer cancel()
 		info, err := rmqwire.RuntimeInfo(ctx, addr, false)
 		require.NoError(t, err, addr)
-		n, err := strconv.ParseInt(info["commitLogMaxOffset"], 10, 64)
-		require.NoError(t, err, "commitLogMaxOffset of %s", addr)
+		n, err := rmqwire.CommitLogMaxOffset(info)
+		require.NoError(t, err, addr)
 		return n
 	}
 	written := maxOffset(masterAddr)

@@ -721,7 +721,7 @@ func (r *Reconciler) Snapshot(ctx context.Context) (ClusterSnapshot, error) {
 			cancel()
 			if err == nil {
 				s.Boot, _ = strconv.ParseInt(info["bootTimestamp"], 10, 64)
-				s.MaxOffset, _ = strconv.ParseInt(info["commitLogMaxOffset"], 10, 64)
+				s.MaxOffset, _ = rmqwire.CommitLogMaxOffset(info)
 			}
 		}
 		out[name] = s

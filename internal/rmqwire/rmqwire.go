@@ -344,6 +344,20 @@ func (c *Conn) QueryByKey(ctx context.Context, topic, key string, max int, from,
 	}
 }
 
+// CommitLogMaxOffset reads "commitLogMaxOffset", the end of the broker's
+// commit log, from a RuntimeInfo table.
+func CommitLogMaxOffset(info map[string]string) (int64, error) {
+	v, ok := info["commitLogMaxOffset"]
+	if !ok {
+		return 0, errors.New("the broker's runtime information has no commitLogMaxOffset")
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("commitLogMaxOffset %q: %w", v, err)
+	}
+	return n, nil
+}
+
 // RuntimeInfo asks the broker at addr for its runtime table
 // (GET_BROKER_RUNTIME_INFO): string values by name, among them
 // "bootTimestamp" (when the broker process started, in Unix

@@ -18,3 +18,13 @@ func TestDecodeNumberKeys(t *testing.T) {
 
 	require.ErrorContains(t, decode([]byte(`not json`), &ci), "cannot parse the name server's answer")
 }
+
+func TestCommitLogMaxOffset(t *testing.T) {
+	n, err := CommitLogMaxOffset(map[string]string{"commitLogMaxOffset": "123456"})
+	require.NoError(t, err)
+	require.EqualValues(t, 123456, n)
+	_, err = CommitLogMaxOffset(map[string]string{})
+	require.EqualError(t, err, "the broker's runtime information has no commitLogMaxOffset")
+	_, err = CommitLogMaxOffset(map[string]string{"commitLogMaxOffset": "x"})
+	require.ErrorContains(t, err, `commitLogMaxOffset "x": `)
+}

@@ -116,12 +116,7 @@ func (c *Client) readMaxOffset(ctx context.Context, m *Member) {
 		m.Err = err.Error()
 		return
 	}
-	v, ok := rt["commitLogMaxOffset"]
-	if !ok {
-		m.Err = "the broker's runtime information has no commitLogMaxOffset"
-		return
-	}
-	if m.MaxOffset, err = strconv.ParseInt(v, 10, 64); err != nil {
-		m.Err = "commitLogMaxOffset " + strconv.Quote(v) + ": " + err.Error()
+	if m.MaxOffset, err = rmqwire.CommitLogMaxOffset(rt); err != nil {
+		m.Err = err.Error()
 	}
 }
